@@ -1,0 +1,49 @@
+"""The drafter protocol: open, propose, absorb, release.
+
+Order for a stepped prompt: the target's first step, then `open`, then that step's rows
+are absorbed (`absorb_prompt`). Per-stream state lives in the stream's lane area of the
+memory plan; anything allocated outside it counts as an unplanned allocation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from engine.kv.plan import PagePlan
+
+
+class Drafter(Protocol):
+    taps: tuple[int, ...]
+
+    def max_tokens(self, k: int) -> int: ...
+    def plan(self, plan: PagePlan, model: Any) -> None: ...
+    def open(self, stream: Any) -> None: ...
+    def absorb_prompt(self, stream: Any, segment: Any, out: Any) -> None: ...
+    def propose(self, stream: Any, k: int) -> list[int]: ...
+    def absorb(self, stream: Any, out: Any, accepted: int, emitted: list[int]) -> None: ...
+    def release(self, stream: Any) -> None: ...
+
+
+class NoDrafter:
+    taps: tuple[int, ...] = ()
+
+    def max_tokens(self, k: int) -> int:
+        return 0
+
+    def plan(self, plan: PagePlan, model: Any) -> None:
+        pass
+
+    def open(self, stream: Any) -> None:
+        pass
+
+    def absorb_prompt(self, stream: Any, segment: Any, out: Any) -> None:
+        pass
+
+    def propose(self, stream: Any, k: int) -> list[int]:
+        return []
+
+    def absorb(self, stream: Any, out: Any, accepted: int, emitted: list[int]) -> None:
+        pass
+
+    def release(self, stream: Any) -> None:
+        pass

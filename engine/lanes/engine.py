@@ -1,0 +1,248 @@
+"""The round loop: admits requests into lanes, runs prompt steps beside decoding rounds as
+the policy chooses, verifies drafts, and gives lanes and pages back on every exit path."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.config import EngineConfig
+from engine.draft.base import Drafter, NoDrafter
+from engine.kv.plan import PagePlan
+from engine.lanes import policy
+from engine.lanes.clock import RealClock
+from engine.lanes.request import Request
+from engine.lanes.sampling import margin, sample
+from engine.lanes.stream import Stream
+from engine.model.qwen3 import Segment
+
+
+@dataclass
+class Event:
+    kind: str  # short | long | round
+    streams: list[int]
+    start: float
+    seconds: float
+
+
+class Engine:
+    def __init__(
+        self, model: Any, cfg: EngineConfig, clock: Any = None, drafter: Drafter | None = None
+    ) -> None:
+        self.model = model
+        self.cfg = cfg.validate()
+        self.clock = clock or RealClock()
+        self.drafter = drafter or NoDrafter()
+        extra = self.drafter.max_tokens(cfg.draft_tokens)
+        self.plan = PagePlan(cfg.lanes, cfg.context + extra, cfg.page_rows, cfg.kv_pages)
+        self.kv = model.new_kv(self.plan.total_pages, cfg.page_rows, cfg.kv)
+        self.drafter.plan(self.plan, model)
+        self.state = policy.PolicyState()
+        self.waiting: list[Stream] = []  # submitted, not yet arrived
+        self.live: list[Stream] = []
+        self.finished: list[Stream] = []
+        self.events: list[Event] = []
+        self.on_event: Callable[[Engine, Event], None] | None = None
+        self.t0 = self.clock.now()
+        self._next_sid = 0
+        self.stats = {"prefill_tokens": 0, "decode_tokens": 0, "rounds": 0, "steps": 0}
+
+    # ---- requests -------------------------------------------------------------------
+    def submit(self, req: Request) -> Stream:
+        s = Stream(self._next_sid, req, long=len(req.prompt_ids) > self.cfg.step_rows)
+        self._next_sid += 1
+        s.tokens = list(req.prompt_ids)
+        rows = self._rows_needed(s)
+        vocab = self.model.config.vocab_size
+        if len(req.prompt_ids) + req.max_tokens > self.cfg.context:
+            self._finish(s, "error", f"prompt ({len(req.prompt_ids)}) + max_tokens "
+                         f"({req.max_tokens}) exceeds the context ({self.cfg.context})")
+        elif len(req.prompt_ids) + req.max_tokens > self.model.config.max_position_embeddings:
+            self._finish(s, "error", f"prompt + max_tokens exceeds max_position_embeddings "
+                         f"({self.model.config.max_position_embeddings})")
+        elif not self.plan.fits(rows):
+            self._finish(s, "error", f"needs {self.plan.pages_for(rows)} KV pages, the pool "
+                         f"has {self.plan.total_pages}")
+        elif max(req.prompt_ids) >= vocab:
+            self._finish(s, "error", f"prompt id {max(req.prompt_ids)} >= vocab_size {vocab}")
+        else:
+            self.waiting.append(s)
+            self.waiting.sort(key=lambda w: (w.req.arrival, w.sid))
+        return s
+
+    def cancel(self, req_id: str) -> None:
+        for s in self.waiting + self.live:
+            if s.req.id == req_id:
+                s.cancel_requested = True
+
+    def _rows_needed(self, s: Stream) -> int:
+        extra = self.drafter.max_tokens(self.cfg.draft_tokens) if s.req.draft else 0
+        return s.prompt_len + s.req.max_tokens + extra
+
+    # ---- loop -----------------------------------------------------------------------
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.live
+
+    def run(self) -> list[Stream]:
+        while self.step():
+            pass
+        return self.finished
+
+    def step(self) -> bool:
+        """Do one action (a prompt step or a round). False once nothing is left."""
+        now = self.clock.now() - self.t0
+        while self.waiting and self.waiting[0].req.arrival <= now:
+            self.live.append(self.waiting.pop(0))
+        self._act_on_cancels()
+        if not self.live:
+            if not self.waiting:
+                return False
+            self.clock.sleep_until(self.t0 + self.waiting[0].req.arrival)
+            return True
+        views = [self._view(s) for s in self.live]
+        action = policy.choose(views, self.plan.lanes, self.state)
+        if action.kind == "idle":
+            if not self.waiting:
+                raise RuntimeError("scheduler idle with live streams that cannot run")
+            self.clock.sleep_until(self.t0 + self.waiting[0].req.arrival)
+            return True
+        for v in views:
+            if v.phase == "long" and v.id != action.stream:
+                self._by_sid(v.id).passed_over += 1
+        start = self.clock.now()
+        if action.kind == "round":
+            streams = [s for s in self.live if not s.prefilling and not s.done]
+            self._guarded(streams, lambda: self._round(streams))
+        else:
+            s = self._by_sid(action.stream)
+            s.passed_over = 0
+            streams = [s]
+            self._guarded(streams, lambda: self._prompt_step(s))
+        seconds = self.clock.now() - start
+        policy.account(self.state, action, seconds, self.cfg.share)
+        event = Event(action.kind, [s.sid for s in streams], start - self.t0, seconds)
+        self.events.append(event)
+        if self.on_event:
+            self.on_event(self, event)
+        self.live = [s for s in self.live if not s.done]
+        return True
+
+    def _view(self, s: Stream) -> policy.StreamView:
+        phase = ("long" if s.long else "short") if s.prefilling else "decoding"
+        return policy.StreamView(
+            id=s.sid,
+            phase=phase,
+            rows_left=s.rows_left,
+            foreground=s.req.priority == "foreground",
+            passed_over=s.passed_over,
+            has_lane=s.run is not None,
+            can_open=s.run is not None or self.plan.can_open(self._rows_needed(s)),
+        )
+
+    def _by_sid(self, sid: int) -> Stream:
+        return next(s for s in self.live if s.sid == sid)
+
+    def _guarded(self, streams: list[Stream], work: Callable[[], None]) -> None:
+        try:
+            work()
+        except Exception as exc:  # a failed step ends its streams, never the engine
+            for s in streams:
+                if not s.done:
+                    self._finish(s, "error", f"{type(exc).__name__}: {exc}")
+
+    def _act_on_cancels(self) -> None:
+        for s in list(self.waiting):
+            if s.cancel_requested:
+                self.waiting.remove(s)
+                self._finish(s, "cancelled")
+        for s in self.live:
+            cap = s.req.cancel_after
+            if s.cancel_requested or (cap is not None and len(s.generated) >= cap):
+                self._finish(s, "cancelled")
+        self.live = [s for s in self.live if not s.done]
+
+    # ---- actions --------------------------------------------------------------------
+    def _prompt_step(self, s: Stream) -> None:
+        if s.run is None:
+            s.run = self.plan.open(self._rows_needed(s), s.req.prompt_ids)
+            s.fed = s.run.reused_rows
+        n = min(self.cfg.step_rows, s.rows_left)
+        last = s.fed + n == s.prompt_len
+        seg = Segment(
+            np.asarray(s.tokens[s.fed : s.fed + n], dtype=np.int64),
+            s.fed,
+            s.run.pages,
+            np.asarray([n - 1] if last else [], dtype=np.int64),
+        )
+        first_step = s.fed == s.run.reused_rows
+        (out,) = self.model.forward([seg], self.kv, self.drafter.taps)
+        self.stats["steps"] += 1
+        self.stats["prefill_tokens"] += n
+        if first_step and s.req.draft and s.req.kind == "complete":
+            self.drafter.open(s)  # after the target's first step, before its rows are absorbed
+        if s.req.draft and s.req.kind == "complete":
+            self.drafter.absorb_prompt(s, seg, out)
+        s.fed += n
+        if not last:
+            return
+        if s.req.kind == "embed":
+            s.embedding = out.hidden[-1].copy()
+            self._finish(s, "stop")
+            return
+        self._emit(s, [out.logits[0]], [], out)
+
+    def _round(self, streams: list[Stream]) -> None:
+        segs, drafts = [], []
+        for s in streams:
+            d = self.drafter.propose(s, self.cfg.draft_tokens) if s.req.draft else []
+            d = d[: max(0, s.req.max_tokens - len(s.generated) - 1)]
+            drafts.append(d)
+            toks = np.asarray([s.tokens[s.fed], *d], dtype=np.int64)
+            segs.append(Segment(toks, s.fed, s.run.pages, np.arange(len(toks))))
+        outs = self.model.forward(segs, self.kv, self.drafter.taps)
+        self.stats["rounds"] += 1
+        for s, seg, out, d in zip(streams, segs, outs, drafts, strict=True):
+            s.rounds += 1
+            self.stats["decode_tokens"] += len(seg.tokens)
+            self._emit(s, list(out.logits), d, out)
+
+    def _emit(self, s: Stream, logits: list[np.ndarray], drafts: list[int], out: Any) -> None:
+        """Sample from each logits row in order; keep drafts while they equal the sample.
+
+        The token sampled from row i sits at absolute position len(tokens) + i, which keys
+        its sampling, so drafted and plain decoding draw the same token.
+        """
+        stops = set(self.model.config.eos_token_ids) | set(s.req.stop_ids)
+        emitted: list[int] = []
+        for i, row in enumerate(logits):
+            tok = sample(row, s.req.temperature, s.req.seed, len(s.tokens) + i)
+            emitted.append(tok)
+            s.margins.append(margin(row))
+            if tok in stops or len(s.generated) + len(emitted) >= s.req.max_tokens:
+                break
+            if i >= len(drafts) or tok != drafts[i]:
+                break
+        if not s.prefilling and s.generated:  # a round: the pending row and accepted drafts
+            s.fed += len(emitted)
+        if drafts:
+            s.drafted += len(drafts)
+            s.accepted += len(emitted) - 1
+        s.tokens.extend(emitted)
+        self.drafter.absorb(s, out, len(emitted) - 1, emitted)
+        if emitted[-1] in stops:
+            self._finish(s, "stop")
+        elif len(s.generated) >= s.req.max_tokens:
+            self._finish(s, "length")
+
+    def _finish(self, s: Stream, reason: str, error: str | None = None) -> None:
+        s.finish_reason = reason
+        s.error = error
+        if s.run is not None:
+            self.drafter.release(s)
+            self.plan.release(s.run, s.tokens[: s.fed])
+            s.run = None
+        self.finished.append(s)

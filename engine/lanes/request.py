@@ -1,0 +1,96 @@
+"""Requests as the engine takes them, parsed from JSON objects with clear errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.errors import InputError
+
+KINDS = ("complete", "embed")
+PRIORITIES = ("foreground", "background")
+
+
+@dataclass
+class Request:
+    id: str
+    prompt_ids: list[int]
+    max_tokens: int = 16
+    kind: str = "complete"
+    stop_ids: list[int] = field(default_factory=list)
+    temperature: float = 0.0
+    seed: int = 0
+    priority: str = "foreground"
+    arrival: float = 0.0
+    draft: bool = True
+    cancel_after: int | None = None
+
+
+def parse_request(obj: Any, where: str, tokenizer: Any = None) -> Request:
+    """Build a Request from one decoded JSON object; `where` prefixes every error."""
+    if not isinstance(obj, dict):
+        raise InputError(f"{where}: expected a JSON object")
+
+    def field_of(name: str, kind: type | tuple, default: Any) -> Any:
+        value = obj.get(name, default)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if value is not None and (
+            not isinstance(value, kind) or (isinstance(value, bool) and kind not in (bool,))
+        ):
+            raise InputError(f"{where}: field '{name}' has the wrong type ({value!r})")
+        return value
+
+    rid = obj.get("id")
+    if not isinstance(rid, (str, int)) or isinstance(rid, bool):
+        raise InputError(f"{where}: field 'id' is required (a string)")
+    given = [k for k in ("prompt", "prompt_ids", "messages") if k in obj]
+    if len(given) != 1:
+        raise InputError(f"{where}: give exactly one of 'prompt', 'prompt_ids', 'messages'")
+    if "prompt_ids" in obj:
+        ids = obj["prompt_ids"]
+        if not isinstance(ids, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids
+        ):
+            raise InputError(f"{where}: field 'prompt_ids' must be a list of ids >= 0")
+    else:
+        if tokenizer is None:
+            raise InputError(f"{where}: text prompts need a tokenizer")
+        if "prompt" in obj:
+            text = field_of("prompt", str, "")
+        else:
+            messages = obj["messages"]
+            if not isinstance(messages, list) or not all(
+                isinstance(m, dict) and "role" in m and "content" in m for m in messages
+            ):
+                raise InputError(f"{where}: 'messages' must be a list of {{role, content}}")
+            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        ids = tokenizer.encode(text)
+    if not ids:
+        raise InputError(f"{where}: the prompt is empty")
+    kind = field_of("kind", str, "complete")
+    if kind not in KINDS:
+        raise InputError(f"{where}: field 'kind' must be one of {', '.join(KINDS)}")
+    priority = field_of("priority", str, "foreground")
+    if priority not in PRIORITIES:
+        raise InputError(f"{where}: field 'priority' must be one of {', '.join(PRIORITIES)}")
+    max_tokens = field_of("max_tokens", int, 16)
+    if max_tokens < 1:
+        raise InputError(f"{where}: field 'max_tokens' must be >= 1")
+    stop_ids = field_of("stop_ids", list, [])
+    temperature = field_of("temperature", float, 0.0)
+    if temperature < 0:
+        raise InputError(f"{where}: field 'temperature' must be >= 0")
+    return Request(
+        id=str(rid),
+        prompt_ids=list(ids),
+        max_tokens=max_tokens,
+        kind=kind,
+        stop_ids=[int(i) for i in stop_ids],
+        temperature=temperature,
+        seed=field_of("seed", int, 0),
+        priority=priority,
+        arrival=field_of("arrival", float, 0.0),
+        draft=field_of("draft", bool, True),
+        cancel_after=field_of("cancel_after", int, None),
+    )

@@ -1,0 +1,40 @@
+"""Exact sampling: greedy is argmax with ties to the lowest id; temperature > 0 draws by
+Gumbel-max with noise from a counter-based hash of (seed, absolute position, token id), so a
+token depends only on its row's logits, the seed and its position."""
+
+from __future__ import annotations
+
+import numpy as np
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer, elementwise on uint64."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * _M1
+        x = (x ^ (x >> np.uint64(27))) * _M2
+        return x ^ (x >> np.uint64(31))
+
+
+def uniforms(seed: int, position: int, vocab: int) -> np.ndarray:
+    """Uniform (0, 1) float64 per token id, a pure function of (seed, position, id)."""
+    with np.errstate(over="ignore"):
+        key = _mix(np.uint64(seed & 0xFFFFFFFFFFFFFFFF) * _GOLD + np.uint64(position))
+        bits = _mix(key + np.arange(vocab, dtype=np.uint64) * _GOLD)
+    return ((bits >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)
+
+
+def sample(logits: np.ndarray, temperature: float, seed: int, position: int) -> int:
+    if temperature <= 0:
+        return int(np.argmax(logits))
+    gumbel = -np.log(-np.log(uniforms(seed, position, logits.shape[-1])))
+    return int(np.argmax(logits.astype(np.float64) / temperature + gumbel))
+
+
+def margin(logits: np.ndarray) -> float:
+    """Top-1 minus top-2 logit."""
+    top2 = np.partition(logits, -2)[-2:]
+    return float(top2[1] - top2[0])

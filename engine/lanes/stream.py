@@ -1,0 +1,49 @@
+"""A stream: one request from admission to finish, holding one lane."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.kv.plan import LaneRun
+from engine.lanes.request import Request
+
+
+@dataclass
+class Stream:
+    sid: int
+    req: Request
+    long: bool
+    run: LaneRun | None = None
+    tokens: list[int] = field(default_factory=list)
+    fed: int = 0
+    margins: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+    error: str | None = None
+    embedding: np.ndarray | None = None
+    passed_over: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    rounds: int = 0
+    cancel_requested: bool = False
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.req.prompt_ids)
+
+    @property
+    def generated(self) -> list[int]:
+        return self.tokens[self.prompt_len :]
+
+    @property
+    def prefilling(self) -> bool:
+        return self.fed < self.prompt_len
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def rows_left(self) -> int:
+        return self.prompt_len - self.fed

@@ -1,0 +1,148 @@
+"""numpy backend. Batch-invariant by construction:
+
+* linear layers run on tiles of `row_tile` rows (the last tile zero-padded), all through one
+  stacked matmul of a fixed (row_tile, K, N) shape. On OpenBLAS a row's bits depend on its
+  position inside a tile for tiles of 16 or more rows; tiles of 8 are position- and
+  neighbour-invariant. `probe_linear` checks this for every weight shape at load time.
+* attention reduces over fixed blocks of `key_block` keys at absolute positions; block
+  sums are merged left to right; masked keys contribute exact zeros.
+* norms and softmax reduce within one row along a contiguous axis.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.errors import EngineFailure
+
+F32 = np.float32
+
+
+class NumpyOps:
+    name = "numpy"
+
+    def __init__(self, row_tile: int = 8, key_block: int = 64) -> None:
+        self.row_tile = row_tile
+        self.key_block = key_block
+        self._probed: set[tuple[int, int]] = set()
+
+    def asarray(self, a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a, dtype=F32)
+
+    def to_numpy(self, a: np.ndarray) -> np.ndarray:
+        return a
+
+    def prepare_linear(self, w_out_in: np.ndarray) -> np.ndarray:
+        w = np.ascontiguousarray(np.asarray(w_out_in, dtype=F32).T)
+        self.probe_linear(w.shape[0], w.shape[1])
+        return w
+
+    def _tiles(self, x: np.ndarray) -> tuple[np.ndarray, int]:
+        m = x.shape[0]
+        t = self.row_tile
+        padded = -(-m // t) * t
+        if padded != m:
+            xp = np.zeros((padded,) + x.shape[1:], dtype=F32)
+            xp[:m] = x
+            x = xp
+        return np.ascontiguousarray(x).reshape((padded // t, t) + x.shape[1:]), m
+
+    def linear(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        tiles, m = self._tiles(x)
+        return np.matmul(tiles, w).reshape(-1, w.shape[1])[:m]
+
+    def probe_linear(self, k: int, n: int) -> None:
+        """Refuse to run if this BLAS gives a row other bits at another tile position."""
+        if (k, n) in self._probed:
+            return
+        rng = np.random.default_rng(k * 7919 + n)
+        w = rng.standard_normal((k, n)).astype(F32)
+        row = rng.standard_normal(k).astype(F32)
+        alone = self.linear(row[None, :], w)[0]
+        for pos in range(1, 2 * self.row_tile + 1, 3):
+            x = rng.standard_normal((2 * self.row_tile + 1, k)).astype(F32)
+            x[pos] = row
+            if not np.array_equal(self.linear(x, w)[pos], alone):
+                raise EngineFailure(
+                    f"numpy backend: BLAS is not row-invariant at tile {self.row_tile} for "
+                    f"shape ({k}, {n}); exactness cannot be guaranteed on this machine"
+                )
+        self._probed.add((k, n))
+
+    def embed(self, table: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        return table[np.asarray(ids, dtype=np.int64)]
+
+    def rms_norm(self, x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=F32)
+        var = np.mean(np.square(x), axis=-1, keepdims=True, dtype=F32)
+        return (x * (F32(1.0) / np.sqrt(var + F32(eps)))) * w
+
+    def rope(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+        """x [n, heads, D]; cos/sin [n, D/2] for the rows' absolute positions (HF rotate_half)."""
+        half = x.shape[-1] // 2
+        x1, x2 = x[..., :half], x[..., half:]
+        c, s = cos[:, None, :], sin[:, None, :]
+        return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+    def silu_mul(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+        return (gate / (F32(1.0) + np.exp(-gate))) * up
+
+    def add(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return a + b
+
+    def concat_rows(self, parts: list[np.ndarray]) -> np.ndarray:
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+
+    def take_rows(self, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return x[rows]
+
+    def attention(
+        self, q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray
+    ) -> np.ndarray:
+        """Causal attention of q [n, Hq, D] at absolute positions q_pos over k, v [L, Hkv, D].
+
+        Keys are padded to whole blocks; a query sees keys at positions <= its own.
+        """
+        n, hq, d = q.shape
+        length, hkv, _ = k.shape
+        group = hq // hkv
+        b = self.key_block
+        nb = -(-length // b)
+        kp = np.zeros((nb * b, hkv, d), dtype=F32)
+        vp = np.zeros((nb * b, hkv, d), dtype=F32)
+        kp[:length] = k
+        vp[:length] = v
+        scale = F32(1.0 / np.sqrt(d))
+        # rows ordered (token, head-in-group) for each kv head: [hkv, n*group, d]
+        qh = (q * scale).reshape(n, hkv, group, d).transpose(1, 0, 2, 3).reshape(hkv, n * group, d)
+        kb = kp.reshape(nb, b, hkv, d).transpose(2, 0, 3, 1)  # [hkv, nb, d, b]
+        vb = vp.reshape(nb, b, hkv, d).transpose(2, 0, 1, 3)  # [hkv, nb, b, d]
+        kb, vb = np.ascontiguousarray(kb), np.ascontiguousarray(vb)
+        rows = n * group
+        t = self.row_tile
+        nt = -(-rows // t)
+        qt = np.zeros((hkv, nt * t, d), dtype=F32)
+        qt[:, :rows] = qh
+        qt = qt.reshape(hkv, nt, 1, t, d)
+        # scores [hkv, nt, nb, t, b]: one fixed-shape (t, d) @ (d, b) product per tile and block
+        s = np.matmul(qt, kb[:, None])
+        key_pos = np.arange(nb * b).reshape(nb, b)
+        row_pos = np.repeat(np.asarray(q_pos), group)
+        row_pos = np.concatenate([row_pos, np.full(nt * t - rows, -1)]).reshape(nt, 1, t, 1)
+        visible = key_pos[None, :, None, :] <= row_pos  # [nt, nb, t, b]
+        s = np.where(visible[None], s, -np.inf).astype(F32)
+        m = s.max(axis=(2, 4), keepdims=True)
+        m = np.where(np.isfinite(m), m, F32(0.0))
+        p = np.exp(s - m)
+        p = np.ascontiguousarray(p)
+        block_sums = p.sum(axis=-1)  # [hkv, nt, nb, t], fixed length b
+        pv = np.matmul(p, vb[:, None])  # [hkv, nt, nb, t, d]
+        total = block_sums[:, :, 0].copy()
+        acc = pv[:, :, 0].copy()
+        for j in range(1, nb):
+            total += block_sums[:, :, j]
+            acc += pv[:, :, j]
+        total = np.where(total > 0, total, F32(1.0))
+        out = (acc / total[..., None]).reshape(hkv, nt * t, d)[:, :rows]
+        out = out.reshape(hkv, n, group, d).transpose(1, 0, 2, 3).reshape(n, hq, d)
+        return np.ascontiguousarray(out, dtype=F32)

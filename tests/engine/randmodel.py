@@ -1,0 +1,66 @@
+"""Random Qwen3 configs and weights built in memory, for host tests of many shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.model.config import ModelConfig
+
+
+def random_config(
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    head_dim: int = 32,
+    inter: int = 96,
+    vocab: int = 320,
+    tied: bool = True,
+    max_pos: int = 4096,
+) -> ModelConfig:
+    return ModelConfig.from_dict(
+        {
+            "architectures": ["Qwen3ForCausalLM"],
+            "hidden_size": hidden,
+            "num_hidden_layers": layers,
+            "num_attention_heads": heads,
+            "num_key_value_heads": kv_heads,
+            "head_dim": head_dim,
+            "intermediate_size": inter,
+            "vocab_size": vocab,
+            "max_position_embeddings": max_pos,
+            "rope_theta": 10000.0,
+            "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": tied,
+            "eos_token_id": vocab - 1,
+        }
+    )
+
+
+def random_tensors(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    h, d = cfg.hidden_size, cfg.head_dim
+
+    def w(*shape: int, std: float = 0.2) -> np.ndarray:
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    def norm(n: int) -> np.ndarray:
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    t = {"model.embed_tokens.weight": w(cfg.vocab_size, h, std=0.1), "model.norm.weight": norm(h)}
+    if not cfg.tie_word_embeddings:
+        t["lm_head.weight"] = w(cfg.vocab_size, h, std=0.2)
+    for i in range(cfg.num_layers):
+        p = f"model.layers.{i}."
+        t[p + "self_attn.q_proj.weight"] = w(cfg.num_heads * d, h)
+        t[p + "self_attn.k_proj.weight"] = w(cfg.num_kv_heads * d, h)
+        t[p + "self_attn.v_proj.weight"] = w(cfg.num_kv_heads * d, h)
+        t[p + "self_attn.o_proj.weight"] = w(h, cfg.num_heads * d)
+        t[p + "self_attn.q_norm.weight"] = norm(d)
+        t[p + "self_attn.k_norm.weight"] = norm(d)
+        t[p + "input_layernorm.weight"] = norm(h)
+        t[p + "post_attention_layernorm.weight"] = norm(h)
+        t[p + "mlp.gate_proj.weight"] = w(cfg.intermediate_size, h)
+        t[p + "mlp.up_proj.weight"] = w(cfg.intermediate_size, h)
+        t[p + "mlp.down_proj.weight"] = w(h, cfg.intermediate_size)
+    return t
