@@ -216,7 +216,8 @@ class Engine:
         The token sampled from row i sits at absolute position len(tokens) + i, which keys
         its sampling, so drafted and plain decoding draw the same token.
         """
-        stops = set(self.model.config.eos_token_ids) | set(s.req.stop_ids)
+        eos = () if s.req.ignore_eos else self.model.config.eos_token_ids
+        stops = set(eos) | set(s.req.stop_ids)
         emitted: list[int] = []
         for i, row in enumerate(logits):
             tok = sample(row, s.req.temperature, s.req.seed, len(s.tokens) + i)

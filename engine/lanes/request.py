@@ -24,6 +24,7 @@ class Request:
     arrival: float = 0.0
     draft: bool = True
     cancel_after: int | None = None
+    ignore_eos: bool = False
 
 
 def parse_request(obj: Any, where: str, tokenizer: Any = None) -> Request:
@@ -93,4 +94,5 @@ def parse_request(obj: Any, where: str, tokenizer: Any = None) -> Request:
         arrival=field_of("arrival", float, 0.0),
         draft=field_of("draft", bool, True),
         cancel_after=field_of("cancel_after", int, None),
+        ignore_eos=field_of("ignore_eos", bool, False),
     )

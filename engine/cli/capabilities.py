@@ -1,0 +1,48 @@
+"""python -m engine capabilities: what this commit's engine supports."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from engine.config import DRAFTERS
+from engine.kv.codec import KV_DTYPES
+
+CONTRACT_VERSION = 1
+
+
+def capabilities() -> dict:
+    from engine.draft.registry import available
+    from engine.ops import available_backends
+
+    return {
+        "contract": CONTRACT_VERSION,
+        "backends": available_backends() + ["fake"],
+        "kv": list(KV_DTYPES),
+        "drafters": [d for d in DRAFTERS if d == "none" or d in available()],
+        "paging": True,
+        "serial": True,
+        "kinds": ["complete", "embed"],
+        "flags": [
+            "--parallel", "--context", "--kv", "--kv-pages", "--page-rows", "--step-rows",
+            "--share", "--serial", "--metrics", "--backend", "--drafter", "--drafter-model",
+            "--draft-tokens",
+        ],
+        "env_flags": [],
+    }
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("capabilities", help="print what this engine supports")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    caps = capabilities()
+    if args.json:
+        print(json.dumps(caps))
+    else:
+        for key, value in caps.items():
+            print(f"{key}: {value}")
+    return 0

@@ -1,0 +1,29 @@
+"""A finished stream as the reply object of the command-line contract."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.cli.common import token_sha
+from engine.lanes.stream import Stream
+
+
+def reply(s: Stream, tokenizer: Any) -> dict[str, Any]:
+    ids = s.generated
+    out: dict[str, Any] = {
+        "id": s.req.id,
+        "ids": ids,
+        "text": tokenizer.decode(ids) if tokenizer else "",
+        "token_sha": token_sha(ids),
+        "finish_reason": s.finish_reason,
+        "prompt_tokens": s.prompt_len,
+        "margins": [round(m, 6) for m in s.margins],
+        "min_margin": round(min(s.margins), 6) if s.margins else None,
+        "drafted": s.drafted,
+        "accepted": s.accepted,
+    }
+    if s.embedding is not None:
+        out["embedding"] = [float(x) for x in s.embedding]
+    if s.error:
+        out["error"] = s.error
+    return out

@@ -1,0 +1,88 @@
+"""python -m engine run: an offline batch of requests from JSONL (the gate runner's arm)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from engine.cli.common import add_engine_flags, add_model_flags, engine_config, load, make_drafter
+from engine.cli.replies import reply
+from engine.errors import InputError
+from engine.lanes.engine import Engine
+from engine.lanes.request import Request, parse_request
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run a JSONL batch of requests")
+    add_model_flags(p)
+    p.add_argument("--requests", required=True, help="input JSONL, one request a line")
+    p.add_argument("--out", required=True, help="output JSONL, one reply a line")
+    p.add_argument("--serial", action="store_true", help="every request alone, in order")
+    p.add_argument("--metrics", default=None, help="write metrics JSON here")
+    add_engine_flags(p)
+    p.set_defaults(func=run)
+
+
+def read_requests(path: str, tokenizer: Any) -> list[Request]:
+    src = Path(path)
+    if not src.is_file():
+        raise InputError(f"{path}: not found")
+    requests, seen = [], set()
+    for number, line in enumerate(src.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{where}: not valid JSON ({exc.msg})") from None
+        req = parse_request(obj, where, tokenizer)
+        if req.id in seen:
+            raise InputError(f"{where}: duplicate id '{req.id}'")
+        seen.add(req.id)
+        requests.append(req)
+    if not requests:
+        raise InputError(f"{path}: no requests")
+    return requests
+
+
+def run(args: argparse.Namespace) -> int:
+    model, tokenizer = load(args)
+    requests = read_requests(args.requests, tokenizer)
+    cfg = engine_config(args)
+    if cfg.serial:  # alone and in order: arrival times do not apply
+        requests = sorted(requests, key=lambda r: r.arrival)
+        for r in requests:
+            r.arrival = 0.0
+    engine = Engine(model, cfg, drafter=make_drafter(cfg, model))
+    t0 = time.perf_counter()
+    total = len(requests)
+    streams = {r.id: engine.submit(r) for r in requests}
+    last_report = t0
+    while engine.step():
+        if sys.stderr.isatty() and time.perf_counter() - last_report > 0.5:
+            last_report = time.perf_counter()
+            print(f"\r{len(engine.finished)}/{total} done", end="", file=sys.stderr)
+    wall = time.perf_counter() - t0
+    with open(args.out, "w") as f:
+        for r in requests:
+            f.write(json.dumps(reply(streams[r.id], tokenizer)) + "\n")
+    if args.metrics:
+        metrics = {
+            "pages_in_use": engine.plan.pages_in_use,
+            "unplanned_allocations": engine.plan.unplanned_allocations,
+            "cached_pages": engine.plan.cached_pages,
+            "wall_s": round(wall, 4),
+            **engine.stats,
+            "drafted": sum(s.drafted for s in streams.values()),
+            "accepted": sum(s.accepted for s in streams.values()),
+            "errors": sum(1 for s in streams.values() if s.finish_reason == "error"),
+            "config": {k: v for k, v in vars(cfg).items() if k != "flags"},
+            "flags": cfg.flags,
+        }
+        Path(args.metrics).write_text(json.dumps(metrics, indent=1) + "\n")
+    return 0
