@@ -178,9 +178,11 @@ def forward(
         outs = []
         for si, seg in enumerate(segments):
             a, b = int(bounds[si]), int(bounds[si + 1])
-            kv.write(li, seg.pages, seg.start, k[a:b], v[a:b])
+            kv.write(li, seg.pages, seg.start, ops.to_numpy(k[a:b]), ops.to_numpy(v[a:b]))
             keys, values = kv.read(li, seg.pages, seg.start + (b - a))
-            outs.append(ops.attention(q[a:b], keys, values, positions[a:b]))
+            outs.append(
+                ops.attention(q[a:b], ops.asarray(keys), ops.asarray(values), positions[a:b])
+            )
         attn = ops.concat_rows(outs).reshape(n, hq * d)
         x = ops.add(x, ops.linear(attn, layer.o))
         h = ops.rms_norm(x, layer.post_norm, eps)
