@@ -1,0 +1,109 @@
+"""Token equality between two arms: bit equality of ids per request id, never closeness."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+WINDOW = 8          # tokens of each continuation shown from the first difference
+NEAR_TIE = 0.01     # a logit margin below this is called a near-tie
+
+Decoder = Callable[[list[int]], str]
+
+
+def make_decoder(model_dir: Path) -> Decoder | None:
+    """Decode ids with the model's tokenizer.json (the ``tokenizers`` package), if any."""
+    path = model_dir / "tokenizer.json"
+    if not path.is_file():
+        return None
+    try:
+        from tokenizers import Tokenizer  # optional: receipts show ids without it
+        tok = Tokenizer.from_file(str(path))
+    except Exception:  # noqa: BLE001 - any failure here only costs the text column
+        return None
+
+    def decode(ids: list[int]) -> str:
+        try:
+            return tok.decode(ids, skip_special_tokens=False)
+        except Exception:  # noqa: BLE001
+            return ""
+    return decode
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first differing token (the shorter length if one is a prefix)."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _margin(reply: dict[str, Any], i: int) -> float | None:
+    m = reply.get("margins")
+    if isinstance(m, list) and i < len(m) and isinstance(m[i], (int, float)):
+        return float(m[i])
+    return None
+
+
+def _diff(rid: str, ra: dict[str, Any], rb: dict[str, Any], request: dict[str, Any] | None,
+          decode: Decoder | None) -> dict[str, Any]:
+    a, b = list(ra.get("ids") or []), list(rb.get("ids") or [])
+    d: dict[str, Any] = {"id": rid, "prompt_tokens": ra.get("prompt_tokens"),
+                         "request": request, "a_len": len(a), "b_len": len(b),
+                         "a_finish": ra.get("finish_reason"), "b_finish": rb.get("finish_reason")}
+    if (ra.get("finish_reason") == "error") != (rb.get("finish_reason") == "error"):
+        d["error"] = {"a": ra.get("error"), "b": rb.get("error")}
+    i = first_difference(a, b)
+    d["index"] = i
+    if i is None:  # same ids, so the difference is the error state alone
+        return d
+    d["a_ids"], d["b_ids"] = a[i:i + WINDOW], b[i:i + WINDOW]
+    d["a_margin"], d["b_margin"] = _margin(ra, i), _margin(rb, i)
+    if decode is not None:
+        d["a_text"], d["b_text"] = decode(d["a_ids"]), decode(d["b_ids"])
+        d["common_text"] = decode(a[:i])[-40:]
+    else:
+        d["a_text"], d["b_text"] = ra.get("text"), rb.get("text")
+        d["text_is_whole_reply"] = True
+    return d
+
+
+def compare(a: dict[str, Any], b: dict[str, Any], only_ids: list[str] | None = None,
+            requests: dict[str, dict[str, Any]] | None = None,
+            decode: Decoder | None = None) -> dict[str, Any]:
+    """Compare two arm results (``replies`` lists). ``a`` is the reference.
+
+    Returns matched/total counts, the requests both arms failed (left out of the count) and
+    one record per differing request with its first divergence."""
+    ra = {r["id"]: r for r in a.get("replies", [])}
+    rb = {r["id"]: r for r in b.get("replies", [])}
+    ids = [i for i in ra if only_ids is None or i in only_ids]
+    out: dict[str, Any] = {"matched": 0, "total": 0, "skipped": [], "diffs": []}
+    for rid in ids:
+        x, y = ra[rid], rb.get(rid)
+        if y is None:
+            out["total"] += 1
+            out["diffs"].append({"id": rid, "missing": True, "index": None,
+                                 "request": (requests or {}).get(rid)})
+            continue
+        if x.get("finish_reason") == "error" and y.get("finish_reason") == "error":
+            out["skipped"].append({"id": rid, "reason": f"both arms replied error: "
+                                                        f"{x.get('error') or '?'}"})
+            continue
+        out["total"] += 1
+        same_ids = list(x.get("ids") or []) == list(y.get("ids") or [])
+        same_state = (x.get("finish_reason") == "error") == (y.get("finish_reason") == "error")
+        if same_ids and same_state:
+            out["matched"] += 1
+        else:
+            out["diffs"].append(_diff(rid, x, y, (requests or {}).get(rid), decode))
+    return out
+
+
+def describe_margin(a: float | None, b: float | None) -> str:
+    vals = [v for v in (a, b) if v is not None]
+    if not vals:
+        return "no margin reported"
+    tie = min(abs(v) for v in vals) < NEAR_TIE
+    return "a near-tie" if tie else "not a near-tie"

@@ -1,0 +1,29 @@
+"""Resource gates: counters read from an arm's metrics JSON at idle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+LABELS = {"pages_in_use": "pages in use at idle",
+          "unplanned_allocations": "unplanned allocations"}
+
+
+def check(result: dict[str, Any], limits: dict[str, int]) -> dict[str, Any]:
+    """{"ok": bool | None, "values": {...}, "problems": [...]}; ok None: metric missing."""
+    metrics = result.get("metrics")
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    missing: list[str] = []
+    for name, limit in limits.items():
+        v = metrics.get(name) if isinstance(metrics, dict) else None
+        values[name] = v
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            missing.append(name)
+        elif v > limit:
+            problems.append(f"{LABELS.get(name, name)}: {v} (at most {limit} allowed)")
+    if problems:
+        return {"ok": False, "values": values, "problems": problems}
+    if missing:
+        return {"ok": None, "values": values,
+                "problems": [f"the engine reports no {', '.join(missing)} in --metrics"]}
+    return {"ok": True, "values": values, "problems": []}

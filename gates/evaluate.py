@@ -1,0 +1,140 @@
+"""Arm results -> gate results: one entry per comparison or resource check, then cells.
+
+Entry and gate states: ``pass``, ``fail``, ``could_not_run`` (an arm it needs crashed or
+timed out), ``not_comparable`` (an arm it needs asks for something that commit's engine
+lacks). A gate fails if any entry fails; otherwise it could not run if any entry could
+not run; otherwise it holds if any entry held.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gates.checks import equality, resources
+from gates.matrix import Matrix
+from gates.plan import Arm, Comparison, Plan, ResourceCheck
+
+MAX_DIFFS = 5  # per comparison, kept in the manifest
+ORDER = ("fail", "could_not_run", "pass", "not_comparable")
+
+
+def pair_names(a: Arm, b: Arm) -> tuple[str, str]:
+    """Short names of the two sides of a comparison (base/head, serial/p=4, ...)."""
+    if a.side != b.side:
+        return a.side, b.side
+    ca, cb = a.config, b.config
+    if ca.get("resumed") != cb.get("resumed"):
+        return ("resumed" if ca.get("resumed") else "cold",
+                "resumed" if cb.get("resumed") else "cold")
+    if ca.get("serial") != cb.get("serial"):
+        return ("serial" if ca.get("serial") else f"p={ca['parallel']}",
+                "serial" if cb.get("serial") else f"p={cb['parallel']}")
+    diff = [k for k in sorted(ca) if ca[k] != cb.get(k)]
+    if not diff:
+        return "a", "b"
+
+    def show(c: dict[str, Any]) -> str:
+        return " ".join(f"{k}={c[k] if c[k] != {} else 'unset'}" for k in diff)
+    return show(ca), show(cb)
+
+
+def _blocked(arms: tuple[Arm, ...], rows: dict[Arm, dict[str, Any]],
+             results: dict[Arm, dict[str, Any]]) -> tuple[str, str, str] | None:
+    """(state, reason, stderr tail) if an arm is not comparable or did not finish."""
+    for arm in arms:
+        row = rows[arm]
+        if row.get("status") == "not_comparable":
+            return "not_comparable", row.get("reason", ""), ""
+    for arm in arms:
+        r = results.get(arm)
+        if r is None:
+            return "could_not_run", f"{arm.id}: no result (interrupted?)", ""
+        if r.get("status") != "ok":
+            return ("could_not_run", f"{arm.id}: {r.get('reason', 'crashed')}",
+                    r.get("stderr_tail", ""))
+    return None
+
+
+def _comparison(c: Comparison, rows: dict[Arm, dict[str, Any]],
+                results: dict[Arm, dict[str, Any]], requests: dict[str, dict[str, Any]],
+                decode: equality.Decoder | None) -> dict[str, Any]:
+    a_name, b_name = pair_names(c.a, c.b)
+    e: dict[str, Any] = {"column": c.column, "a": c.a.id, "b": c.b.id, "a_name": a_name,
+                         "b_name": b_name, "matched": 0, "total": 0, "reason": "",
+                         "diffs": [], "n_diffs": 0, "skipped": []}
+    blocked = _blocked((c.a, c.b), rows, results)
+    if blocked:
+        e["status"], e["reason"], e["stderr_tail"] = blocked
+        return e
+    got = equality.compare(results[c.a], results[c.b], c.only_ids, requests, decode)
+    e.update(matched=got["matched"], total=got["total"], skipped=got["skipped"],
+             n_diffs=len(got["diffs"]), diffs=got["diffs"][:MAX_DIFFS])
+    e["status"] = "pass" if got["matched"] == got["total"] else "fail"
+    return e
+
+
+def _check(c: ResourceCheck, rows: dict[Arm, dict[str, Any]],
+           results: dict[Arm, dict[str, Any]]) -> dict[str, Any]:
+    e: dict[str, Any] = {"column": c.column, "arm": c.arm.id, "reason": "", "values": {},
+                         "matched": 0, "total": 0}
+    blocked = _blocked((c.arm,), rows, results)
+    if blocked:
+        e["status"], e["reason"], e["stderr_tail"] = blocked
+        return e
+    got = resources.check(results[c.arm], c.limits)
+    e["values"] = got["values"]
+    e["reason"] = "; ".join(got["problems"])
+    e["total"] = 1
+    if got["ok"] is None:
+        e["status"] = "not_comparable"
+        e["total"] = 0
+    elif got["ok"]:
+        e["status"], e["matched"] = "pass", 1
+    else:
+        e["status"] = "fail"
+    return e
+
+
+def _state(states: list[str]) -> str:
+    for s in ORDER:
+        if s in states:
+            return s
+    return "empty"
+
+
+def evaluate(m: Matrix, plan: Plan, results: dict[Arm, dict[str, Any]],
+             rows: dict[Arm, dict[str, Any]], sets: dict[str, list[dict[str, Any]]],
+             decoders: dict[str, equality.Decoder | None]) -> list[dict[str, Any]]:
+    out = []
+    for gate in m.gates:
+        entries: list[dict[str, Any]] = []
+        for c in plan.comparisons:
+            if c.gate == gate.name:
+                cfg = c.b.config
+                reqs = {r["id"]: r for r in sets[cfg["prompts"]]}
+                entries.append(_comparison(c, rows, results, reqs, decoders.get(cfg["model"])))
+        for rc in plan.checks:
+            if rc.gate == gate.name:
+                entries.append(_check(rc, rows, results))
+        cells: dict[str, dict[str, Any]] = {}
+        for e in entries:
+            cell = cells.setdefault(e["column"], {"matched": 0, "total": 0, "states": []})
+            cell["matched"] += e["matched"]
+            cell["total"] += e["total"]
+            cell["states"].append(e["status"])
+        for cell in cells.values():
+            cell["status"] = _state(cell["states"])
+            cell["counts"] = {s: cell["states"].count(s) for s in ORDER}
+            del cell["states"]
+        g = {"name": gate.name, "kind": gate.kind, "sides": list(gate.sides),
+             "status": _state([e["status"] for e in entries]),
+             "matched": sum(e["matched"] for e in entries),
+             "total": sum(e["total"] for e in entries),
+             "cells": cells, "entries": entries}
+        if gate.kind == "within_commit":
+            g["vary"] = gate.vary
+            g["reference"] = gate.reference
+        if gate.kind == "resource":
+            g["limits"] = gate.limits
+        out.append(g)
+    return out

@@ -1,0 +1,286 @@
+"""Run arms as subprocesses, each with the engine of its own commit's worktree.
+
+``python -m engine run`` runs with cwd = the worktree, PYTHONPATH = the worktree and the
+gate runner's own interpreter. Arms run in a local pool (single-threaded BLAS each, so
+arms in parallel give the same bits as arms alone), or one arm per GPU with
+CUDA_VISIBLE_DEVICES on a CUDA backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+GPU_BACKENDS = ("cupy",)
+REPLY_KEYS = ("id", "ids", "text", "token_sha", "finish_reason", "prompt_tokens", "margins",
+              "min_margin", "drafted", "accepted", "error")
+TAIL = 2000
+
+
+def tail(text: str, n: int = TAIL) -> str:
+    text = text.strip()
+    return text if len(text) <= n else "…" + text[-n:]
+
+
+def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
+         stdout: Any = subprocess.PIPE, stderr: Any = subprocess.PIPE,
+         live: set[subprocess.Popen] | None = None) -> tuple[int | None, str, str]:
+    """Run a command in its own process group; kill the group on timeout.
+
+    Returns (exit code or None on timeout, stdout, stderr) (text only for pipes)."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=stdout, stderr=stderr,
+                            stdin=subprocess.DEVNULL, start_new_session=True, text=True)
+    if live is not None:
+        live.add(proc)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out or "", err or ""
+    except subprocess.TimeoutExpired:
+        kill(proc)
+        out, err = proc.communicate()
+        return None, out or "", err or ""
+    finally:
+        if live is not None:
+            live.discard(proc)
+
+
+def kill(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def base_env(worktree: Path, backend: str, flags: dict[str, str], cache: Path) -> dict[str, str]:
+    """The environment of an engine subprocess: no ENGINE_* leaking in from the user."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("ENGINE_") and k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["PYTHONPATH"] = str(worktree)
+    env["PYTHONPYCACHEPREFIX"] = str(cache / "pycache")  # keep the worktree clean
+    if backend in GPU_BACKENDS:
+        env.pop("CUDA_VISIBLE_DEVICES", None)  # set per arm, one GPU each
+    else:
+        env.update(dict.fromkeys(THREAD_VARS, "1"))
+    env.update(flags)
+    return env
+
+
+def has_engine(worktree: Path) -> bool:
+    return (worktree / "engine" / "__main__.py").is_file()
+
+
+def capabilities(worktree: Path, cache: Path, timeout: float = 120) -> tuple[dict | None, str]:
+    """(capabilities, "") or (None, why this commit's engine can run nothing)."""
+    if not has_engine(worktree):
+        return None, "the commit has no engine (engine/__main__.py)"
+    argv = [sys.executable, "-m", "engine", "capabilities", "--json"]
+    code, out, err = _run(argv, worktree, base_env(worktree, "", {}, cache), timeout)
+    if code is None:
+        return None, f"`engine capabilities --json` timed out after {timeout:.0f}s"
+    if code != 0:
+        return None, f"`engine capabilities --json` exited {code}: {tail(err, 300)}"
+    try:
+        caps = json.loads(out)
+    except json.JSONDecodeError:
+        return None, "`engine capabilities --json` printed no JSON object"
+    if not isinstance(caps, dict):
+        return None, "`engine capabilities --json` printed no JSON object"
+    return caps, ""
+
+
+def engine_args(c: dict[str, Any]) -> list[str]:
+    """Engine flags of an arm config; contract defaults are left out so old engines run."""
+    args = ["--backend", str(c["backend"])]
+    if c["kv"] != "bf16":
+        args += ["--kv", str(c["kv"])]
+    if c["parallel"] != 1:
+        args += ["--parallel", str(c["parallel"])]
+    if c["paging"] == "on":
+        args += ["--kv-pages", str(c.get("pages") or 256)]
+    if c["drafter"] != "none":
+        args += ["--drafter", str(c["drafter"])]
+        if c.get("draft_tokens"):
+            args += ["--draft-tokens", str(c["draft_tokens"])]
+    for key, flag in (("context", "--context"), ("page_rows", "--page-rows"),
+                      ("step_rows", "--step-rows")):
+        if c.get(key):
+            args += [flag, str(c[key])]
+    if c.get("serial"):
+        args.append("--serial")
+    return args
+
+
+def missing(caps: dict[str, Any], c: dict[str, Any]) -> str | None:
+    """Why an engine with ``caps`` cannot run config ``c`` (None: it can)."""
+    def listed(key: str, value: Any) -> bool:
+        vals = caps.get(key)
+        return isinstance(vals, list) and value in vals
+
+    if not isinstance(caps.get("contract"), int):
+        return "capabilities has no contract version"
+    if not listed("backends", c["backend"]):
+        return f"no backend {c['backend']}"
+    if not listed("kv", c["kv"]):
+        return f"no kv {c['kv']}"
+    if c["drafter"] != "none" and not listed("drafters", c["drafter"]):
+        return f"no drafter {c['drafter']}"
+    if c["paging"] == "on" and not caps.get("paging"):
+        return "no paging"
+    if c.get("serial") and not caps.get("serial"):
+        return "no --serial"
+    flags = caps.get("flags")
+    if isinstance(flags, list):
+        for a in engine_args(c) + ["--metrics"]:
+            if a.startswith("--") and a not in flags:
+                return f"no flag {a}"
+    for name in c["flags"]:
+        if not listed("env_flags", name):
+            return f"no engine flag {name}"
+    return None
+
+
+@dataclass
+class ArmJob:
+    key: str
+    label: str
+    worktree: Path
+    config: dict[str, Any]
+    model: Path
+    requests: bytes
+    timeout: float
+    workdir: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def run_arm(job: ArmJob, live: set[subprocess.Popen] | None = None,
+            device: str | None = None) -> dict[str, Any]:
+    """Run one arm; never raises for an engine failure (the result says "crashed")."""
+    wd = job.workdir
+    shutil.rmtree(wd, ignore_errors=True)
+    wd.mkdir(parents=True)
+    req, out, met, err = wd / "requests.jsonl", wd / "out.jsonl", wd / "metrics.json", \
+        wd / "stderr.txt"
+    req.write_bytes(job.requests)
+    argv = [sys.executable, "-m", "engine", "run", "--model", str(job.model),
+            "--requests", str(req), "--out", str(out), "--metrics", str(met),
+            *engine_args(job.config)]
+    env = dict(job.env)
+    if device is not None:
+        env["CUDA_VISIBLE_DEVICES"] = device
+    t0 = time.monotonic()
+    with open(err, "w") as ef:
+        code, _, _ = _run(argv, job.worktree, env, job.timeout, stdout=subprocess.DEVNULL,
+                          stderr=ef, live=live)
+    wall = time.monotonic() - t0
+    stderr = err.read_text(errors="replace")
+    shown = " ".join(a if " " not in a else repr(a) for a in ["python", *argv[1:]])
+    result: dict[str, Any] = {"status": "crashed", "exit_code": code, "wall_s": round(wall, 3),
+                              "argv": shown, "stderr_tail": tail(stderr), "device": device}
+    if code is None:
+        result["reason"] = f"timed out after {job.timeout:.0f}s"
+        return result
+    if code != 0:
+        result["reason"] = f"engine exited {code}"
+        return result
+    try:
+        replies = [json.loads(ln) for ln in out.read_text().splitlines() if ln.strip()]
+        metrics = json.loads(met.read_text()) if met.exists() else None
+    except (OSError, json.JSONDecodeError) as e:
+        result["reason"] = f"engine exited 0 but its output is unreadable: {e}"
+        return result
+    want = [json.loads(ln)["id"] for ln in job.requests.decode().splitlines()]
+    got = [r.get("id") for r in replies if isinstance(r, dict)]
+    if sorted(got) != sorted(want):
+        result["reason"] = (f"engine exited 0 but replied to {len(got)} of {len(want)} "
+                            "requests" if set(got) <= set(want) else
+                            "engine exited 0 but its reply ids differ from the request ids")
+        return result
+    result.update(status="ok", reason="",
+                  replies=[{k: r[k] for k in REPLY_KEYS if k in r} for r in replies],
+                  metrics=metrics if isinstance(metrics, dict) else None)
+    shutil.rmtree(wd, ignore_errors=True)
+    return result
+
+
+class Progress:
+    """Arms done and left, on stderr (one updating line on a terminal)."""
+
+    def __init__(self, total: int, cached: int, stream: Any = None) -> None:
+        self.total, self.done, self.cached, self.crashed = total, cached, cached, 0
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.t0 = time.monotonic()
+        self.lock = threading.Lock()
+
+    def update(self, label: str, result: dict[str, Any]) -> None:
+        with self.lock:
+            self.done += 1
+            self.crashed += result.get("status") != "ok"
+            state = "ok" if result.get("status") == "ok" else "CRASHED"
+            line = (f"[gates] arms {self.done}/{self.total} done, {self.total - self.done} left"
+                    f" ({self.cached} cached, {self.crashed} crashed, "
+                    f"{time.monotonic() - self.t0:.0f}s) · {label}: {state} "
+                    f"{result.get('wall_s', 0):.1f}s")
+            if self.tty:
+                self.stream.write("\r\033[K" + line)
+                if self.done == self.total:
+                    self.stream.write("\n")
+            else:
+                self.stream.write(line + "\n")
+            self.stream.flush()
+
+
+def run_all(jobs: list[ArmJob], workers: int, on_done: Callable[[ArmJob, dict], None],
+            progress: Progress | None = None, devices: list[str] | None = None) -> None:
+    """Run jobs in a pool; ``on_done`` is called (in a worker thread) as each one ends."""
+    if not jobs:
+        return
+    live: set[subprocess.Popen] = set()
+    dev_q: queue.Queue[str] | None = None
+    if devices:
+        dev_q = queue.Queue()
+        for d in devices:
+            dev_q.put(d)
+        workers = len(devices)
+
+    def work(job: ArmJob) -> None:
+        device = dev_q.get() if dev_q is not None else None
+        try:
+            try:
+                result = run_arm(job, live, device)
+            except Exception as e:  # noqa: BLE001 - a harness error must not lose other arms
+                result = {"status": "crashed", "exit_code": None, "wall_s": 0.0,
+                          "reason": f"could not start the arm: {e!r}", "stderr_tail": ""}
+            on_done(job, result)
+            if progress:
+                progress.update(job.label, result)
+        finally:
+            if dev_q is not None and device is not None:
+                dev_q.put(device)
+
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    futures = [pool.submit(work, j) for j in jobs]
+    try:
+        for f in as_completed(futures):
+            f.result()
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        for p in list(live):
+            kill(p)
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)

@@ -1,0 +1,188 @@
+"""Gate rules -> the arms to run and the comparisons to make between them.
+
+An *arm* is one engine run: a commit side (base or head) and a config (the axis values
+of a matrix point, plus ``serial`` and ``resumed``, plus the matrix's scalars). Arms are
+deduplicated, so gates that need the same run share it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from gates import prompts as prompts_mod
+from gates.matrix import Gate, Matrix, column_axis
+
+
+@dataclass(frozen=True)
+class Arm:
+    side: str
+    config_json: str  # canonical JSON of the config
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return json.loads(self.config_json)
+
+    @property
+    def id(self) -> str:
+        return f"{self.side}: {label(self.config)}"
+
+
+@dataclass
+class Comparison:
+    gate: str
+    column: str
+    a: Arm              # the reference (base, plain, serial, cold, ...)
+    b: Arm              # the arm that must equal it
+    only_ids: list[str] | None = None   # compare only these request ids
+
+
+@dataclass
+class ResourceCheck:
+    gate: str
+    column: str
+    arm: Arm
+    limits: dict[str, int]
+
+
+@dataclass
+class Plan:
+    arms: list[Arm] = field(default_factory=list)
+    comparisons: list[Comparison] = field(default_factory=list)
+    checks: list[ResourceCheck] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # rules that matched nothing, and why
+
+    def add(self, arm: Arm) -> Arm:
+        if arm not in self.arms:
+            self.arms.append(arm)
+        return arm
+
+
+def canonical(config: dict[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+def label(c: dict[str, Any]) -> str:
+    """A short readable name of a config, unique within a matrix."""
+    parts = [str(c["prompts"]), str(c["backend"]), f"kv={c['kv']}"]
+    parts.append("serial" if c.get("serial") else f"p={c['parallel']}")
+    parts.append(f"paging={c['paging']}")
+    if c["drafter"] != "none":
+        parts.append(f"drafter={c['drafter']}")
+    parts.extend(f"{k}={v}" for k, v in c["flags"].items())
+    if c.get("resumed"):
+        parts.append("resumed")
+    model = str(c["model"]).rstrip("/").rsplit("/", 1)[-1]
+    return f"{model} " + " ".join(parts)
+
+
+def _config(m: Matrix, point: dict[str, Any], **variant: Any) -> dict[str, Any]:
+    c = {**point, **{k: v for k, v in m.scalars.items()
+                     if k not in ("timeout", "columns") and v is not None}}
+    c["serial"] = bool(variant.get("serial", False))
+    c["resumed"] = bool(variant.get("resumed", False))
+    if c["serial"]:
+        c["parallel"] = 1
+    return c
+
+
+def _matches(point: dict[str, Any], where: dict[str, list[Any]]) -> bool:
+    return all(point[axis] in vals for axis, vals in where.items())
+
+
+def _column(m: Matrix, point: dict[str, Any]) -> str:
+    axis = column_axis(m)
+    if axis is None:
+        return ""
+    v = point[axis]
+    return json.dumps(v, sort_keys=True) if isinstance(v, dict) else str(v)
+
+
+def _points(m: Matrix, gate: Gate) -> list[dict[str, Any]]:
+    where = dict(gate.where)
+    if gate.kind == "across_commits" and "flags" not in where:
+        where["flags"] = [{}]  # "flags unset == main": compare with the new flags left off
+    return [p for p in m.points() if _matches(p, where)]
+
+
+def build(m: Matrix, prompt_sets: dict[str, list[dict[str, Any]]]) -> Plan:
+    """Expand every gate of the matrix into arms and comparisons.
+
+    ``prompt_sets`` maps each prompts axis value to its loaded prompt set.
+    """
+    plan = Plan()
+    resource_gates = []
+    for gate in m.gates:
+        points = _points(m, gate)
+        before = len(plan.comparisons)
+        if gate.kind == "across_commits":
+            for p in points:
+                c = canonical(_config(m, p))
+                a, b = plan.add(Arm("base", c)), plan.add(Arm("head", c))
+                plan.comparisons.append(Comparison(gate.name, _column(m, p), a, b))
+        elif gate.kind == "within_commit":
+            _within(m, gate, points, plan)
+        elif gate.kind == "resumed":
+            for side in gate.sides:
+                seen: set[tuple[str, str]] = set()
+                for p in points:
+                    ids = prompts_mod.resumable_ids(prompt_sets[p["prompts"]])
+                    if not ids:
+                        continue
+                    a = Arm(side, canonical(_config(m, p, serial=True)))
+                    b = Arm(side, canonical(_config(m, p, serial=True, resumed=True)))
+                    if (a.config_json, b.config_json) in seen:
+                        continue
+                    seen.add((a.config_json, b.config_json))
+                    plan.add(a)
+                    plan.add(b)
+                    plan.comparisons.append(Comparison(gate.name, _column(m, p), a, b, ids))
+        else:
+            resource_gates.append(gate)
+            continue
+        if len(plan.comparisons) == before:
+            plan.notes.append(f"{gate.name}: no matrix point matches this rule"
+                              + (" (no resumable two-turn requests in the prompt sets)"
+                                 if gate.kind == "resumed" else ""))
+    for gate in resource_gates:
+        if not plan.arms:  # a matrix of resource gates only: run the points themselves
+            for side in gate.sides:
+                for p in _points(m, gate):
+                    plan.add(Arm(side, canonical(_config(m, p))))
+        checked = 0
+        for arm in list(plan.arms):
+            cfg = arm.config
+            if arm.side in gate.sides and _matches(cfg, gate.where):
+                plan.checks.append(ResourceCheck(gate.name, _column(m, cfg), arm, gate.limits))
+                checked += 1
+        if not checked:
+            plan.notes.append(f"{gate.name}: no arm on {'/'.join(gate.sides)} matches")
+    return plan
+
+
+def _within(m: Matrix, gate: Gate, points: list[dict[str, Any]], plan: Plan) -> None:
+    axis = gate.vary
+    assert axis is not None
+    seen: set[tuple[str, str, str]] = set()
+    for side in gate.sides:
+        for p in points:
+            if gate.values is not None:
+                variants = [{**p, axis: v} for v in gate.values if v != gate.reference]
+            elif p[axis] != gate.reference:
+                variants = [p]
+            else:
+                variants = []
+            for v in variants:
+                if gate.reference == "serial":
+                    ref = _config(m, v, serial=True)
+                else:
+                    ref = _config(m, {**v, axis: gate.reference})
+                a = Arm(side, canonical(ref))
+                b = Arm(side, canonical(_config(m, v)))
+                if (side, a.config_json, b.config_json) in seen:
+                    continue
+                seen.add((side, a.config_json, b.config_json))
+                plan.add(a)
+                plan.add(b)
+                plan.comparisons.append(Comparison(gate.name, _column(m, v), a, b))

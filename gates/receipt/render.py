@@ -1,0 +1,281 @@
+"""Manifest -> Markdown receipt (Jinja2 templates + tabulate tables), JSON beside it.
+
+Everything a receipt shows comes from the manifest, so ``python -m gates show`` can render
+a receipt again from its JSON alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from tabulate import tabulate
+
+from gates import EXIT_ARM_FAILED, EXIT_GATE_FAILED, EXIT_OK
+from gates import prompts as prompts_mod
+from gates.checks.equality import describe_margin
+
+TEMPLATES = Path(__file__).parent / "templates"
+DIFFS_SHOWN = 3  # differing requests shown in full per failing gate; the manifest has more
+ICON = {"pass": "✅", "fail": "❌", "could_not_run": "⚠️", "not_comparable": "➖", "empty": "➖"}
+
+
+def verdict(man: dict[str, Any]) -> tuple[str, int]:
+    """(verdict line, exit code) of a manifest."""
+    gates = man["gates"]
+    failed = [g["name"] for g in gates if g["status"] == "fail"]
+    speed = man.get("speed") or {}
+    if speed.get("status") == "fail":
+        failed.append("speed")
+    crashed = [a for a in man["arms"] if a.get("status") == "crashed"]
+    nc = [a for a in man["arms"] if a.get("status") == "not_comparable"]
+    if failed:
+        return f"❌ {len(failed)} gate{'s' * (len(failed) > 1)} failed: " \
+               f"{', '.join(failed)}", EXIT_GATE_FAILED
+    if crashed or speed.get("status") == "could_not_run":
+        n = len(crashed)
+        return f"⚠️ could not run: {n} arm{'s' * (n != 1)} crashed or timed out", EXIT_ARM_FAILED
+    if not any(g["status"] == "pass" for g in gates):
+        return "⚠️ nothing could be compared", EXIT_ARM_FAILED
+    extra = f" ({len(nc)} arm{'s' * (len(nc) > 1)} not comparable)" if nc else ""
+    return f"✅ all hold{extra}", EXIT_OK
+
+
+def cell_text(kind: str, cell: dict[str, Any] | None) -> str:
+    if cell is None:
+        return "—"
+    st, c = cell["status"], cell["counts"]
+    count = f"{cell['matched']}/{cell['total']}"
+    nc = f" (+{c['not_comparable']} n/c)" if c.get("not_comparable") else ""
+    if kind == "resource":
+        if st == "pass":
+            return f"✅ {count} arms{nc}"
+        if st == "fail":
+            return f"❌ {cell['total'] - cell['matched']} of {cell['total']} arms"
+    if st == "pass":
+        return count + nc
+    if st == "fail":
+        return f"❌ {count}"
+    if st == "could_not_run":
+        return "⚠️ could not run" + (f" ({count} of the rest)" if cell["total"] else "")
+    return "n/c"
+
+
+def _fmt_ids(ids: list[int] | None) -> str:
+    return "[" + ", ".join(map(str, ids or [])) + "]"
+
+
+def failure_lines(man: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per failing gate: its first failing comparison in full, the others in one line each."""
+    out = []
+    for g in man["gates"]:
+        failing = [e for e in g["entries"] if e["status"] == "fail"]
+        if not failing:
+            continue
+        e = failing[0]
+        rec = {"gate": g["name"], "where": e.get("b") or e.get("arm"),
+               "a_name": e.get("a_name"), "b_name": e.get("b_name"),
+               "count": f"{e['matched']}/{e['total']}" if "a_name" in e else "",
+               "reason": e.get("reason", ""),
+               "diffs": [_diff_line(d, e["a_name"], e["b_name"])
+                         for d in e.get("diffs", [])[:DIFFS_SHOWN]],
+               "more": max(0, e.get("n_diffs", 0) - DIFFS_SHOWN), "others": []}
+        for o in failing[1:]:
+            where = o.get("b") or o.get("arm")
+            if "a_name" not in o:
+                rec["others"].append(f"`{where}`: {o.get('reason', '')}")
+                continue
+            d = (o.get("diffs") or [{}])[0]
+            rec["others"].append(
+                f"`{where}` ({o['a_name']} vs {o['b_name']}) {o['matched']}/{o['total']}; "
+                f"first: `{d.get('id')}` from index {d.get('index')}")
+        out.append(rec)
+    return out
+
+
+def _diff_line(d: dict[str, Any], an: str, bn: str) -> str:
+    req = d.get("request") or {}
+    prompt = prompts_mod.describe(req) if req else "?"
+    rows = f"{d['prompt_tokens']} rows, " if d.get("prompt_tokens") is not None else ""
+    head = f"prompt `{d['id']}` ({rows}{prompt})"
+    if d.get("missing"):
+        return f"{head}: no reply from {bn}"
+    if d.get("error"):
+        err = d["error"]
+        return f"{head}: error on one side only — {an}: {err.get('a')!r}; {bn}: {err.get('b')!r}"
+    i = d.get("index")
+
+    def txt(key: str) -> str:
+        t = d.get(key)
+        return json.dumps(t, ensure_ascii=False) if t is not None else "(no text)"
+    whole = " (whole replies)" if d.get("text_is_whole_reply") else ""
+    margin = ""
+    if d.get("a_margin") is not None or d.get("b_margin") is not None:
+        def m(v: float | None) -> str:
+            return "?" if v is None else f"{v:.4g}"
+        margin = (f"; margin at {i}: {an} {m(d.get('a_margin'))}, {bn} {m(d.get('b_margin'))}"
+                  f" ({describe_margin(d.get('a_margin'), d.get('b_margin'))})")
+    lens = ""
+    if d.get("a_len") != d.get("b_len"):
+        lens = (f"; lengths {an} {d.get('a_len')} ({d.get('a_finish')}), "
+                f"{bn} {d.get('b_len')} ({d.get('b_finish')})")
+    return (f"{head}: tokens differ from index {i} — {an} {txt('a_text')} "
+            f"{_fmt_ids(d.get('a_ids'))}, {bn} {txt('b_text')} {_fmt_ids(d.get('b_ids'))}"
+            f"{whole}{margin}{lens}")
+
+
+def gate_table(man: dict[str, Any]) -> str:
+    col = man["matrix"].get("columns")
+    values: list[str] = []
+    for g in man["gates"]:
+        for k in g["cells"]:
+            if k not in values:
+                values.append(k)
+    headers = ["gate", *(values if col else ["result"])]
+    rows = []
+    for g in man["gates"]:
+        if col:
+            cells = [cell_text(g["kind"], g["cells"].get(v)) for v in values]
+        else:
+            cells = [cell_text(g["kind"], next(iter(g["cells"].values()), None))]
+        rows.append([f"{ICON.get(g['status'], '')} {g['name']}", *cells])
+    return tabulate(rows, headers=headers, tablefmt="github")
+
+
+def entries_table(man: dict[str, Any]) -> str:
+    rows = []
+    for g in man["gates"]:
+        for e in g["entries"]:
+            what = (f"{e['a_name']} vs {e['b_name']}" if "a_name" in e else "metrics")
+            arm = e.get("b") or e.get("arm")
+            res = f"{e['matched']}/{e['total']}" if e["status"] in ("pass", "fail") else ""
+            if "values" in e and e["values"]:
+                res = ", ".join(f"{k} {v}" for k, v in e["values"].items())
+            rows.append([g["name"], arm, what, f"{ICON.get(e['status'], '')} {res}".strip(),
+                         e.get("reason", "")])
+    return tabulate(rows, headers=["gate", "arm", "compared", "result", "note"],
+                    tablefmt="github")
+
+
+def arms_table(man: dict[str, Any]) -> str:
+    rows = []
+    for a in man["arms"]:
+        met = a.get("metrics") or {}
+        toks = sum(r.get("n", 0) for r in a.get("replies", []))
+        rows.append([a["id"], a.get("status", "?") + (" (cached)" if a.get("cached") else ""),
+                     "" if a.get("wall_s") is None else f"{a['wall_s']:.1f}",
+                     len(a.get("replies", [])) or "", toks or "",
+                     met.get("pages_in_use", ""), met.get("unplanned_allocations", ""),
+                     met.get("cached_pages", "")])
+    return tabulate(rows, headers=["arm", "status", "wall s", "replies", "tokens",
+                                   "pages in use", "unplanned", "cached pages"],
+                    tablefmt="github")
+
+
+def speed_table(speed: dict[str, Any] | None) -> str:
+    if not speed or not speed.get("metrics"):
+        return ""
+    rows = []
+    for r in speed["metrics"]:
+        ci = "—" if math.isnan(r["lo"]) else f"{r['lo']:.3f}–{r['hi']:.3f}"
+        rows.append([r["metric"], f"{r['base']:.1f}", f"{r['head']:.1f}", f"{r['ratio']:.3f}",
+                     ci, r["verdict"]])
+    return tabulate(rows, headers=["metric (tok/s)", "base", "head", "head/base", "95% CI",
+                                   "verdict"], tablefmt="github")
+
+
+def skipped(man: dict[str, Any]) -> list[str]:
+    """Not comparable arms grouped by reason, notes of the plan, requests left out."""
+    groups: dict[str, list[str]] = {}
+    for a in man["arms"]:
+        if a.get("status") == "not_comparable":
+            groups.setdefault(a.get("reason", ""), []).append(a["id"])
+    out = [f"not comparable: {why} ({len(ids)} arm{'s' * (len(ids) > 1)}, e.g. {ids[0]})"
+           for why, ids in groups.items()]
+    out += [f"skipped: {n}" for n in man.get("notes", [])]
+    for g in man["gates"]:
+        for e in g["entries"]:
+            for s in e.get("skipped", []):
+                out.append(f"left out of {g['name']}: request `{s['id']}` — {s['reason']}")
+            if e["status"] == "not_comparable" and g["kind"] == "resource" and e["reason"]:
+                out.append(f"{g['name']}: {e['arm']}: {e['reason']}")
+    sp = man.get("speed")
+    if sp and sp.get("status") == "not_comparable":
+        out.append(f"speed not comparable: {sp.get('reason')}")
+    return list(dict.fromkeys(out))
+
+
+def crashed(man: dict[str, Any]) -> list[dict[str, Any]]:
+    return [a for a in man["arms"] if a.get("status") == "crashed"]
+
+
+def machine_line(man: dict[str, Any]) -> str:
+    mc = man["machine"]
+    pk = mc.get("packages", {})
+    parts = [f"{mc.get('cpu')}, {mc.get('cores')} cores"]
+    if mc.get("gpus"):
+        parts.append(", ".join(mc["gpus"]))
+    parts.append(f"Python {mc.get('python')}")
+    parts += [f"{k} {v}" for k, v in pk.items() if k in ("numpy", "mlx", "cupy-cuda12x")]
+    return " · ".join(parts)
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
+                             keep_trailing_newline=True, trim_blocks=True,
+                             lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    env.filters["short"] = lambda s: (s or "")[:10]
+    env.filters["duration"] = _duration
+    return env
+
+
+def _duration(s: float) -> str:
+    s = float(s)
+    return f"{s:.0f}s" if s < 60 else f"{int(s // 60)}m {int(s % 60):02d}s"
+
+
+def markdown(man: dict[str, Any]) -> str:
+    return _env().get_template("receipt.md.j2").render(
+        m=man, gate_table=gate_table(man), failures=failure_lines(man), crashed=crashed(man),
+        skipped=skipped(man),
+        speed_table=speed_table(man.get("speed")), entries_table=entries_table(man),
+        arms_table=arms_table(man), machine=machine_line(man))
+
+
+def file_stem(man: dict[str, Any]) -> str:
+    return f"{man['base']['sha'][:10]}..{man['head']['sha'][:10]}"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def write(man: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md, js = out_dir / f"{file_stem(man)}.md", out_dir / f"{file_stem(man)}.json"
+    _atomic_write(js, json.dumps(man, indent=1, sort_keys=False, default=str) + "\n")
+    _atomic_write(md, markdown(man))
+    return md, js
+
+
+def summary(man: dict[str, Any], md_path: Path | None = None) -> str:
+    lines = [f"Gates: {man['verdict']} — head {man['head']['sha'][:10]} against base "
+             f"{man['base']['sha'][:10]} (exit {man['exit_code']})"]
+    for g in man["gates"]:
+        lines.append(f"  {ICON.get(g['status'], '')} {g['name']}: {g['matched']}/{g['total']}"
+                     f" [{g['status']}]")
+    sp = man.get("speed")
+    if sp:
+        lines.append(f"  speed: {sp['status']}" + (f" ({sp['reason']})" if sp.get("reason")
+                                                     else ""))
+    if md_path is not None:
+        lines.append(f"receipt: {md_path}")
+    return "\n".join(lines)

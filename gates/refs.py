@@ -1,0 +1,191 @@
+"""Refs, merge base and worktrees (GitPython).
+
+``WORKTREE`` names the uncommitted tree: it is snapshotted as a commit object built with a
+temporary index (tracked and untracked, non-ignored files; the user's index and branch are
+never touched), so it gets a SHA and an engine tree hash like any commit. The same dirty
+tree always gives the same snapshot SHA, so its worktree and results are reused.
+
+Each commit is checked out as a detached git worktree under the cache folder
+(``$GATES_CACHE`` or ``~/.cache/exact-gates``), reused across runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+
+from gates import BadInput
+
+WORKTREE = "WORKTREE"
+KEEP_WORKTREES = 12  # per repository; the least recently used beyond this are removed
+_SNAPSHOT_ENV = {
+    "GIT_AUTHOR_NAME": "gates", "GIT_AUTHOR_EMAIL": "gates@localhost",
+    "GIT_COMMITTER_NAME": "gates", "GIT_COMMITTER_EMAIL": "gates@localhost",
+    "GIT_AUTHOR_DATE": "@0 +0000", "GIT_COMMITTER_DATE": "@0 +0000",
+}
+
+
+@dataclass
+class Side:
+    name: str                 # "base" or "head"
+    ref: str                  # as the user gave it
+    sha: str
+    worktree: Path | None = None
+    engine_tree: str | None = None   # git tree hash of engine/ (None: no engine/)
+    snapshot_of: str | None = None   # for WORKTREE: the HEAD sha the snapshot sits on
+    subject: str = ""
+
+
+def cache_root() -> Path:
+    env = os.environ.get("GATES_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "exact-gates"
+
+
+def open_repo(path: str | Path) -> git.Repo:
+    try:
+        return git.Repo(path, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise BadInput(f"{path}: not inside a git repository") from None
+
+
+def repo_root(repo: git.Repo) -> Path:
+    assert repo.working_tree_dir is not None
+    return Path(repo.working_tree_dir)
+
+
+def repo_id(repo: git.Repo) -> str:
+    common = Path(repo.git.rev_parse("--git-common-dir"))
+    if not common.is_absolute():
+        common = repo_root(repo) / common
+    return hashlib.sha256(str(common.resolve()).encode()).hexdigest()[:12]
+
+
+def resolve(repo: git.Repo, ref: str) -> str:
+    """The commit SHA of a ref; BadInput for a ref that does not exist or looks like an option."""
+    if not ref or ref.startswith("-"):
+        raise BadInput(f"bad ref {ref!r}: a ref may not be empty or start with '-'")
+    try:
+        return repo.git.rev_parse("--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
+    except git.GitCommandError:
+        raise BadInput(f"ref {ref!r} does not exist in {repo_root(repo)}") from None
+
+
+def snapshot(repo: git.Repo) -> tuple[str, str]:
+    """Commit the working tree (with untracked files) without touching the user's index.
+
+    Returns (snapshot sha, HEAD sha)."""
+    head = resolve(repo, "HEAD")
+    index = Path(repo.git.rev_parse("--git-path", "index"))
+    if not index.is_absolute():
+        index = repo_root(repo) / index
+    with tempfile.TemporaryDirectory(prefix="gates-index-") as d:
+        tmp = Path(d) / "index"
+        if index.exists():
+            shutil.copyfile(index, tmp)
+        env = {**os.environ, **_SNAPSHOT_ENV, "GIT_INDEX_FILE": str(tmp)}
+        repo.git.add("-A", "--", ".", env=env)
+        tree = repo.git.write_tree(env=env)
+        sha = repo.git.commit_tree(tree, "-p", head, "-m", "gates: WORKTREE snapshot", env=env)
+    return sha, head
+
+
+def side(repo: git.Repo, name: str, ref: str) -> Side:
+    if ref == WORKTREE:
+        sha, head = snapshot(repo)
+        s = Side(name, ref, sha, snapshot_of=head, subject="uncommitted changes")
+    else:
+        sha = resolve(repo, ref)
+        s = Side(name, ref, sha, subject=repo.commit(sha).summary)
+    s.engine_tree = engine_tree(repo, s.sha)
+    return s
+
+
+def engine_tree(repo: git.Repo, sha: str) -> str | None:
+    try:
+        return repo.git.rev_parse("--verify", "--quiet", f"{sha}:engine")
+    except git.GitCommandError:
+        return None
+
+
+def merge_base(repo: git.Repo, a: str, b: str) -> str | None:
+    try:
+        return repo.git.merge_base(a, b)
+    except git.GitCommandError:
+        return None
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def worktrees_dir(repo: git.Repo) -> Path:
+    return cache_root() / "worktrees" / repo_id(repo)
+
+
+def ensure_worktree(repo: git.Repo, sha: str) -> Path:
+    """A detached worktree of ``sha`` in the cache, made once and reused."""
+    root = worktrees_dir(repo)
+    path = root / sha
+    with _locked(root.with_suffix(".lock")):
+        if path.exists():
+            try:
+                wt = git.Repo(path)
+                if wt.head.commit.hexsha == sha and not wt.is_dirty(untracked_files=True):
+                    os.utime(path)
+                    return path
+            except (git.InvalidGitRepositoryError, git.NoSuchPathError, ValueError):
+                pass
+            _remove(repo, path)
+        repo.git.worktree("prune")
+        repo.git.worktree("add", "--detach", "--force", str(path), sha)
+        _prune_old(repo, root, keep=KEEP_WORKTREES)
+    return path
+
+
+def _remove(repo: git.Repo, path: Path) -> None:
+    with contextlib.suppress(git.GitCommandError):
+        repo.git.worktree("remove", "--force", "--force", str(path))
+    if path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _prune_old(repo: git.Repo, root: Path, keep: int) -> None:
+    trees = sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    for p in trees[:-keep] if len(trees) > keep else []:
+        _remove(repo, p)
+    repo.git.worktree("prune")
+
+
+def clean(repo: git.Repo | None, everything: bool = True) -> list[str]:
+    """Remove this repository's worktrees (and, with ``everything``, the whole cache)."""
+    removed: list[str] = []
+    if repo is not None:
+        root = worktrees_dir(repo)
+        if root.exists():
+            with _locked(root.with_suffix(".lock")):
+                for p in sorted(root.iterdir()):
+                    if p.is_dir():
+                        _remove(repo, p)
+                        removed.append(str(p))
+                repo.git.worktree("prune")
+    cache = cache_root()
+    if everything and cache.exists():
+        shutil.rmtree(cache, ignore_errors=True)
+        removed.append(str(cache))
+    return removed

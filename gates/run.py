@@ -1,0 +1,246 @@
+"""``python -m gates run``: refs -> worktrees -> arms (cached or run) -> gates -> receipt."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import git
+
+from gates import HARNESS_VERSION, BadInput, matrix, plan, prompts, refs, store
+from gates.checks import equality, perf
+from gates.evaluate import evaluate
+from gates.execute import GPU_BACKENDS, ArmJob, Progress, base_env, capabilities, missing, run_all
+from gates.receipt import render
+
+
+@dataclass
+class Options:
+    base: str = "main"
+    head: str = "HEAD"
+    matrix: str = "matrices/quick.yaml"
+    jobs: int | None = None
+    out: str | None = None
+    no_cache: bool = False
+    repo: str = "."
+    speed: bool = True
+    quiet: bool = False
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _matrix_path(root: Path, name: str) -> Path:
+    p = Path(name)
+    if p.exists() or p.is_absolute():
+        return p
+    if (root / p).exists():
+        return root / p
+    if not p.suffix and (root / "matrices" / f"{name}.yaml").exists():
+        return root / "matrices" / f"{name}.yaml"
+    return p
+
+
+def _rel(root: Path, p: Path) -> str:
+    try:
+        return str(p.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(p)
+
+
+def workers(backend_set: set[str], jobs: int | None) -> tuple[int, list[str] | None]:
+    """(pool size, GPU device list or None)."""
+    if backend_set & set(GPU_BACKENDS):
+        env = os.environ.get("CUDA_VISIBLE_DEVICES")
+        devices = [d for d in env.split(",") if d.strip()] if env else \
+            [str(i) for i in range(len(store.gpus()))]
+        if devices:
+            return len(devices), devices
+    return max(1, jobs or os.cpu_count() or 1), None
+
+
+def command_line(opts: Options, root: Path, mpath: Path, base: refs.Side,
+                 head: refs.Side) -> str:
+    head_ref = refs.WORKTREE if head.ref == refs.WORKTREE else head.sha[:12]
+    return (f"nox -s gates -- --base {base.sha[:12]} --head {head_ref} "
+            f"--matrix {shlex.quote(_rel(root, mpath))}")
+
+
+def run(opts: Options) -> int:
+    t0 = time.monotonic()
+    repo = refs.open_repo(opts.repo)
+    root = refs.repo_root(repo)
+    mpath = _matrix_path(root, opts.matrix)
+    m = matrix.load(mpath)
+    sets = {name: prompts.load(prompts.resolve_path(root, name)) for name in m.axes["prompts"]}
+    models = {}
+    for name in m.axes["model"]:
+        p = Path(name) if Path(name).is_absolute() else root / name
+        if not p.is_dir():
+            raise BadInput(f"{mpath}: model: {name!r} is not a directory under {root}")
+        models[name] = p
+    the_plan = plan.build(m, sets)
+
+    sides = {"base": refs.side(repo, "base", opts.base), "head": refs.side(repo, "head", opts.head)}
+    mb = refs.merge_base(repo, sides["base"].sha, sides["head"].sha)
+    cache = refs.cache_root()
+    st = store.Store(cache / "results", enabled=not opts.no_cache)
+    fp = store.fingerprint()
+    caps: dict[str, tuple[dict | None, str]] = {}
+    for s in sides.values():
+        if s.engine_tree is None:
+            caps[s.name] = (None, "the commit has no engine/")
+            continue
+        s.worktree = refs.ensure_worktree(repo, s.sha)
+        ckey = store.arm_key(s.engine_tree, {"capabilities": True}, "", {}, fp, {})
+        cached = st.get(ckey)
+        if cached is not None:
+            caps[s.name] = (cached["caps"], "")
+            continue
+        got, why = capabilities(s.worktree, cache)
+        caps[s.name] = (got, why)
+        if got is not None:
+            st.put(ckey, {"caps": got})
+
+    fixtures = {f"model:{n}": store.hash_dir(p) for n, p in models.items()}
+    fixtures.update({f"prompts:{n}": store.hash_file(prompts.resolve_path(root, n))
+                     for n in sets})
+    results: dict[plan.Arm, dict[str, Any]] = {}
+    arm_rows: dict[plan.Arm, dict[str, Any]] = {}
+    jobs: list[ArmJob] = []
+    pending: dict[str, list[plan.Arm]] = {}  # key -> arms (base and head share equal trees)
+    timeout = float(m.scalars["timeout"])
+    for arm in the_plan.arms:
+        s, cfg = sides[arm.side], arm.config
+        row: dict[str, Any] = {"id": arm.id, "side": arm.side, "label": plan.label(cfg),
+                               "config": cfg, "cached": False}
+        arm_rows[arm] = row
+        c, why = caps[arm.side]
+        reason = f"{arm.side}: {why}" if c is None else missing(c, cfg)
+        if reason:
+            if c is not None:
+                reason = f"the {arm.side} engine has {reason}"
+            row.update(status="not_comparable", reason=reason)
+            continue
+        assert s.worktree is not None
+        reqs = prompts.requests_for(sets[cfg["prompts"]], cfg["max_tokens"], cfg["resumed"])
+        data = prompts.encode(reqs)
+        env = base_env(s.worktree, cfg["backend"], cfg["flags"], cache)
+        key_env = {k: env[k] for k in sorted(env)
+                   if k.startswith("ENGINE_") or k == "OMP_NUM_THREADS"}
+        fx = {k: v for k, v in fixtures.items()
+              if k in (f"model:{cfg['model']}", f"prompts:{cfg['prompts']}")}
+        key = store.arm_key(s.engine_tree or "", cfg, prompts.digest(data), fx, fp, key_env)
+        row["key"] = key
+        hit = st.get(key)
+        if hit is not None:
+            results[arm] = hit
+            row["cached"] = True
+            continue
+        if key not in pending:
+            jobs.append(ArmJob(key=key, label=arm.id, worktree=s.worktree, config=cfg,
+                               model=models[cfg["model"]], requests=data, timeout=timeout,
+                               workdir=cache / "runs" / key[:20], env=env))
+        pending.setdefault(key, []).append(arm)
+
+    n_workers, devices = workers(set(m.axes["backend"]), opts.jobs)
+    n_cached = sum(1 for r in arm_rows.values() if r["cached"])
+    n_nc = sum(1 for r in arm_rows.values() if r.get("status") == "not_comparable")
+    if not opts.quiet:
+        log(f"[gates] {sides['base'].sha[:10]}..{sides['head'].sha[:10]} · matrix {m.name}: "
+            f"{len(the_plan.arms)} arms ({n_cached} cached, {n_nc} not comparable), "
+            f"{len(jobs)} to run on "
+            f"{len(devices) if devices else n_workers} {'GPU' if devices else 'worker'}(s)")
+    progress = None if opts.quiet else Progress(len(jobs), 0)
+
+    def done(job: ArmJob, result: dict[str, Any]) -> None:
+        result = {**result, "harness": HARNESS_VERSION,
+                  "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+        if result.get("status") == "ok":
+            st.put(job.key, result)  # at once: an interrupted run keeps it
+        for arm in pending[job.key]:
+            results[arm] = result
+
+    run_all(jobs, n_workers, done, progress, devices)
+    for arm, row in arm_rows.items():
+        r = results.get(arm)
+        if r is None:
+            continue
+        row.update(status=r.get("status", "crashed"), reason=r.get("reason", ""),
+                   wall_s=r.get("wall_s"), metrics=r.get("metrics"), argv=r.get("argv"),
+                   stderr_tail=r.get("stderr_tail", "") if r.get("status") != "ok" else "",
+                   replies=[{"id": x["id"], "n": len(x.get("ids") or []),
+                             "token_sha": x.get("token_sha"),
+                             "finish_reason": x.get("finish_reason")}
+                            for x in r.get("replies", [])])
+
+    decoders = {n: equality.make_decoder(p) for n, p in models.items()}
+    gates_out = evaluate(m, the_plan, results, arm_rows, sets, decoders)
+
+    speed = None
+    if m.speed is not None and opts.speed:
+        speed = _speed(m, sides, models, cache, opts.quiet)
+
+    manifest = {
+        "harness_version": HARNESS_VERSION,
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "repo": str(root),
+        "base": _side_json(sides["base"]), "head": _side_json(sides["head"]),
+        "merge_base": mb,
+        "machine": store.machine(), "fingerprint": fp,
+        "matrix": {"path": _rel(root, mpath), "name": m.name, "description": m.description,
+                   "arms": len(the_plan.arms), "cached": n_cached, "ran": len(jobs),
+                   "not_comparable": n_nc, "backend": m.axes["backend"],
+                   "model": m.axes["model"], "prompts": m.axes["prompts"],
+                   "columns": matrix.column_axis(m), "workers": n_workers,
+                   "devices": devices},
+        "gates": gates_out,
+        "notes": the_plan.notes,
+        "speed": speed,
+        "arms": list(arm_rows.values()),
+        "command": command_line(opts, root, mpath, sides["base"], sides["head"]),
+        "wall_s": round(time.monotonic() - t0, 1),
+    }
+    verdict, code = render.verdict(manifest)
+    manifest["verdict"], manifest["exit_code"] = verdict, code
+    out_dir = Path(opts.out) if opts.out else root / "receipts"
+    md_path, json_path = render.write(manifest, out_dir)
+    print(render.summary(manifest, md_path))
+    return code
+
+
+def _side_json(s: refs.Side) -> dict[str, Any]:
+    return {"ref": s.ref, "sha": s.sha, "engine_tree": s.engine_tree,
+            "snapshot_of": s.snapshot_of, "subject": s.subject,
+            "worktree": str(s.worktree) if s.worktree else None}
+
+
+def _speed(m: matrix.Matrix, sides: dict[str, refs.Side], models: dict[str, Path],
+           cache: Path, quiet: bool) -> dict[str, Any]:
+    spec = m.speed
+    assert spec is not None
+    missing_side = [s.name for s in sides.values() if s.worktree is None]
+    if missing_side:
+        return {"status": "not_comparable", "metrics": [],
+                "reason": f"{', '.join(missing_side)}: the commit has no engine/"}
+    model = models[m.axes["model"][0]]
+    backend = m.axes["backend"][0]
+    try:
+        return perf.run_speed({k: s.worktree for k, s in sides.items() if s.worktree},
+                              model, backend, spec, cache, None if quiet else log)
+    except OSError as e:
+        return {"status": "could_not_run", "metrics": [], "reason": str(e)}
+
+
+def open_repo_or_none(path: str) -> git.Repo | None:
+    try:
+        return refs.open_repo(path)
+    except BadInput:
+        return None

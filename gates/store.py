@@ -1,0 +1,130 @@
+"""The result store: one JSON file per finished arm, keyed by everything its tokens depend on.
+
+Key = engine tree hash + arm config + request bytes + fixtures (model dir hash, prompt file
+hash) + harness version + machine fingerprint. A second run whose engine tree did not
+change runs no arm again, and an interrupted run keeps every arm that had finished,
+because each result is written (atomically) as soon as its arm ends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from gates import HARNESS_VERSION
+from gates.refs import cache_root
+
+FINGERPRINT_PACKAGES = ("numpy", "ml_dtypes", "tokenizers", "safetensors", "mlx", "cupy-cuda12x")
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    if platform.system() == "Darwin":
+        try:
+            return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"],
+                                  capture_output=True, text=True, timeout=5).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return platform.processor() or platform.machine()
+
+
+@cache
+def gpus() -> list[str]:
+    """NVIDIA GPU names, one per device (empty without nvidia-smi)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [ln.strip() for ln in out.stdout.splitlines() if ln.strip()] if out.returncode == 0 \
+        else []
+
+
+@cache
+def machine() -> dict[str, Any]:
+    pkgs = {}
+    for name in FINGERPRINT_PACKAGES:
+        try:
+            pkgs[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return {
+        "cpu": cpu_name(),
+        "cores": os.cpu_count() or 1,
+        "arch": platform.machine(),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "packages": pkgs,
+        "gpus": gpus(),
+    }
+
+
+def fingerprint(m: dict[str, Any] | None = None) -> str:
+    m = m or machine()
+    # Core count is left out: arms run single-threaded on CPU, so it does not change bits.
+    keyed = {k: v for k, v in m.items() if k != "cores"}
+    return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def hash_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def hash_dir(path: Path) -> str:
+    """Content hash of a directory (relative names and bytes of every file)."""
+    h = hashlib.sha256()
+    if path.is_file():
+        return hash_file(path)
+    for p in sorted(q for q in path.rglob("*") if q.is_file() and "__pycache__" not in q.parts):
+        h.update(str(p.relative_to(path)).encode() + b"\0" + hash_file(p).encode() + b"\n")
+    return h.hexdigest()
+
+
+def arm_key(engine_tree: str, config: dict[str, Any], requests_sha: str,
+            fixtures: dict[str, str], machine_fp: str, env: dict[str, str]) -> str:
+    blob = json.dumps({"engine_tree": engine_tree, "config": config, "requests": requests_sha,
+                       "fixtures": fixtures, "harness": HARNESS_VERSION,
+                       "machine": machine_fp, "env": env}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class Store:
+    def __init__(self, root: Path | None = None, enabled: bool = True) -> None:
+        self.root = root or cache_root() / "results"
+        self.enabled = enabled
+
+    def _path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        if not self.enabled:
+            return None
+        try:
+            return json.loads(self._path(key).read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(value, f)
+        os.replace(tmp, path)

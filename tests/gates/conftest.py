@@ -1,0 +1,141 @@
+"""A temporary git repository with the stub engine, fixtures and matrices, for gate tests."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+STUB = Path(__file__).parent / "stub_engine" / "engine"
+
+PROMPTS = [
+    *({"id": f"len{n:03d}", "prompt_ids": [(7 * i + n) % 997 for i in range(n)]}
+      for n in (1, 15, 16, 17, 63, 64, 65, 129)),
+    {"id": "text1", "prompt": "The gate runner checks out two commits."},
+    {"id": "chat1", "messages": [
+        {"role": "user", "content": "Name a prime number larger than ten, please."},
+        {"role": "assistant", "content": "Eleven."},
+        {"role": "user", "content": "And the next one?"}]},
+    {"id": "ids2turn", "prompt_ids": list(range(100, 140)), "resume_from": 24},
+    *({"id": f"burst{i}", "prompt_ids": [i + 1, i + 2], "max_tokens": 1} for i in range(4)),
+]
+
+MATRIX = """
+model: fixtures/models/stub
+backend: numpy
+prompts: t
+max_tokens: 8
+timeout: 60
+axes:
+  kv: [bf16, fp8]
+  parallel: [1, 4]
+  paging: [off, on]
+gates:
+  - name: flags unset == main
+    across_commits: {}
+  - name: paging == main paging
+    across_commits: {paging: on}
+  - name: concurrent == solo
+    within_commit: {vary: parallel, reference: serial}
+  - name: paging == no paging
+    within_commit: {vary: paging, reference: off}
+  - name: drafted == plain
+    within_commit: {vary: drafter, values: [noisy], reference: none}
+  - name: resumed == fresh
+    resumed: {}
+    where: {paging: on}
+  - name: no pages at idle
+    resource: {pages_in_use: 0, unplanned_allocations: 0}
+"""
+
+SMALL = """
+model: fixtures/models/stub
+prompts: t
+max_tokens: 6
+timeout: 20
+axes:
+  kv: [bf16, fp8]
+  parallel: [4]
+  paging: [on]
+gates:
+  - name: flags unset == main
+    across_commits: {}
+  - name: concurrent == solo
+    within_commit: {vary: parallel, reference: serial}
+  - name: no pages at idle
+    resource: {pages_in_use: 0, unplanned_allocations: 0}
+"""
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+class StubRepo:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def set_knobs(self, **knobs: object) -> None:
+        path = self.root / "engine" / "knobs.py"
+        text = path.read_text()
+        for name, value in knobs.items():
+            text, n = re.subn(rf"^{name} = .*$", f"{name} = {value!r}", text, flags=re.M)
+            assert n == 1, name
+        path.write_text(text)
+
+    def commit(self, message: str, **knobs: object) -> str:
+        if knobs:
+            self.set_knobs(**knobs)
+        git(self.root, "add", "-A")
+        git(self.root, "commit", "-q", "--allow-empty", "-m", message)
+        return git(self.root, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def stub_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StubRepo:
+    root = tmp_path / "repo"
+    root.mkdir()
+    monkeypatch.setenv("GATES_CACHE", str(tmp_path / "cache"))
+    shutil.copytree(STUB, root / "engine", ignore=shutil.ignore_patterns("__pycache__"))
+    model = root / "fixtures" / "models" / "stub"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps({"vocab_size": 1000}))
+    prompts = root / "fixtures" / "prompts"
+    prompts.mkdir(parents=True)
+    (prompts / "t.jsonl").write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
+    (root / "matrices").mkdir()
+    (root / "matrices" / "t.yaml").write_text(MATRIX)
+    (root / "matrices" / "small.yaml").write_text(SMALL)
+    (root / ".gitignore").write_text("__pycache__/\nreceipts/\n")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.email", "t@example.com")
+    git(root, "config", "user.name", "t")
+    repo = StubRepo(root)
+    repo.commit("base")
+    return repo
+
+
+def run_gates(repo: StubRepo, *args: str, matrix: str = "matrices/small.yaml",
+              base: str = "main~1", head: str = "main") -> tuple[int, dict, str]:
+    """Run `python -m gates run` in-process; return (exit code, manifest, receipt text)."""
+    from gates.__main__ import main
+
+    out = repo.root / "receipts"
+    for old in out.glob("*"):
+        old.unlink()
+    code = main(["run", "--repo", str(repo.root), "--base", base, "--head", head,
+                 "--matrix", matrix, "--quiet", "--out", str(out), *args])
+    found = list(out.glob("*.json"))
+    if not found:
+        return code, {}, ""
+    manifest = json.loads(found[0].read_text())
+    return code, manifest, found[0].with_suffix(".md").read_text()
+
+
+def gate(manifest: dict, name: str) -> dict:
+    return next(g for g in manifest["gates"] if g["name"] == name)

@@ -1,0 +1,138 @@
+"""python -m engine capabilities --json | run ... (the stub)."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+from engine import knobs
+
+KV = ["bf16", "fp8", "f32"]
+FLAGS = ["--parallel", "--context", "--kv", "--kv-pages", "--page-rows", "--step-rows",
+         "--share", "--serial", "--metrics", "--backend", "--drafter", "--drafter-model",
+         "--draft-tokens", "--seed"]
+
+
+def capabilities() -> int:
+    if knobs.FAIL_CAPABILITIES:
+        print("capabilities: broken", file=sys.stderr)
+        return 3
+    print(json.dumps({"contract": 1, "backends": ["numpy", "fake"],
+                      "kv": [k for k in KV if k not in knobs.NO_KV],
+                      "drafters": ["none", "oracle", "noisy"], "paging": True, "serial": True,
+                      "kinds": ["complete"], "flags": FLAGS, "env_flags": ["ENGINE_SALT"]}))
+    return 0
+
+
+def h(*parts: object) -> int:
+    return int(hashlib.sha256(repr(parts).encode()).hexdigest()[:12], 16)
+
+
+def tokenize(req: dict, vocab: int) -> list[int]:
+    if "prompt_ids" in req:
+        return list(req["prompt_ids"])
+    if "messages" in req:
+        text = "".join(f"<{m['role']}>{m['content']}" for m in req["messages"]) + "<assistant>"
+    else:
+        text = req["prompt"]
+    return [b % vocab for b in text.encode()]
+
+
+def run(a: argparse.Namespace) -> int:
+    import os
+    cfg = json.loads((Path(a.model) / "config.json").read_text())
+    vocab = int(cfg.get("vocab_size", 1000))
+    if knobs.CRASH_KV and a.kv == knobs.CRASH_KV:
+        print("Traceback: stub crash on kv " + a.kv, file=sys.stderr)
+        return 3
+    if knobs.HANG_KV and a.kv == knobs.HANG_KV:
+        while not knobs.HANG_FILE or Path(knobs.HANG_FILE).exists():
+            time.sleep(0.05)
+    reqs = []
+    for n, line in enumerate(Path(a.requests).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            reqs.append(json.loads(line))
+        except json.JSONDecodeError:
+            print(f"{a.requests}:{n}: not JSON", file=sys.stderr)
+            return 2
+    salt = knobs.OUTPUT_SALT + os.environ.get("ENGINE_SALT", "")
+    concurrent = a.parallel > 1 and not a.serial and len(reqs) > 1
+    seen_prompts: list[list[int]] = []
+    out = []
+    for i, req in enumerate(reqs):
+        prompt = tokenize(req, vocab)
+        cached = a.kv_pages > 0 and any(
+            len(p) >= 16 and prompt[:len(p)] == p for p in seen_prompts)
+        seen_prompts.append(prompt)
+        hist = list(prompt)
+        ids, margins = [], []
+        for pos in range(int(req.get("max_tokens", 16))):
+            t = h(salt, hist) % vocab
+            if knobs.BATCH_BUG and concurrent and i % 2 == 1 and pos == 3:
+                t = (t + 1) % vocab
+            if knobs.DRAFT_BUG and a.drafter != "none" and pos == 2:
+                t = (t + 7) % vocab
+            if knobs.RESUME_BUG and cached and pos == 1:
+                t = (t + 3) % vocab
+            ids.append(t)
+            margins.append((h("m", hist) % 1000) / 100)
+            hist.append(t)
+        out.append({"id": req["id"], "ids": ids, "text": " ".join(f"t{t}" for t in ids),
+                    "token_sha": hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:12],
+                    "finish_reason": "length", "prompt_tokens": len(prompt),
+                    "margins": margins, "min_margin": min(margins) if margins else None,
+                    "drafted": 0, "accepted": 0})
+    Path(a.out).write_text("".join(json.dumps(r) + "\n" for r in out))
+    if a.metrics:
+        Path(a.metrics).write_text(json.dumps({
+            "pages_in_use": knobs.LEAK_PAGES if a.kv_pages > 0 else 0,
+            "unplanned_allocations": 0, "cached_pages": 0, "wall_s": 0.01,
+            "prefill_tokens": 0, "decode_tokens": sum(len(r["ids"]) for r in out),
+            "rounds": 0, "steps": 0, "drafted": 0, "accepted": 0}))
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="python -m engine")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("capabilities")
+    c.add_argument("--json", action="store_true")
+    r = sub.add_parser("run")
+    r.add_argument("--model", required=True)
+    r.add_argument("--requests", required=True)
+    r.add_argument("--out", required=True)
+    r.add_argument("--metrics")
+    r.add_argument("--backend", default="numpy")
+    r.add_argument("--kv", default="bf16")
+    r.add_argument("--parallel", type=int, default=1)
+    r.add_argument("--kv-pages", type=int, default=0)
+    r.add_argument("--drafter", default="none")
+    r.add_argument("--draft-tokens", type=int, default=4)
+    r.add_argument("--context", type=int, default=1024)
+    r.add_argument("--page-rows", type=int, default=16)
+    r.add_argument("--step-rows", type=int, default=64)
+    r.add_argument("--serial", action="store_true")
+    b = sub.add_parser("bench")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--model")
+    b.add_argument("--backend")
+    b.add_argument("--parallel")
+    b.add_argument("--prompt-rows")
+    b.add_argument("--tokens")
+    a = p.parse_args()
+    if a.cmd == "capabilities":
+        return capabilities()
+    if a.cmd == "bench":
+        print(json.dumps({"decode_tok_s": {"1": 100.0, "2": 180.0}, "prefill_tok_s": 900.0}))
+        return 0
+    return run(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
