@@ -31,8 +31,13 @@ class TokenStore:
 
 
 class FakeModel:
-    def __init__(self, config: ModelConfig, clock: Any = None, seconds_per_row: float = 0.0,
-                 seconds_per_forward: float = 0.0) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        clock: Any = None,
+        seconds_per_row: float = 0.0,
+        seconds_per_forward: float = 0.0,
+    ) -> None:
         self.config = config
         self.clock = clock
         self.seconds_per_row = seconds_per_row
@@ -63,8 +68,11 @@ class FakeModel:
         for seg in segments:
             kv.write(seg.pages, seg.start, seg.tokens)
             history = kv.read(seg.pages, seg.start + len(seg.tokens))
-            logits = np.stack([self.logits_for(history[: seg.start + r + 1])
-                               for r in seg.logit_rows]) if len(seg.logit_rows) else None
+            logits = (
+                np.stack([self.logits_for(history[: seg.start + r + 1]) for r in seg.logit_rows])
+                if len(seg.logit_rows)
+                else None
+            )
             hidden = np.zeros((len(seg.logit_rows), 8), dtype=np.float32)
             outs.append(SegmentOut(logits=logits, hidden=hidden))
         return outs

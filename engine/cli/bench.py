@@ -32,8 +32,12 @@ def _requests(n: int, args: argparse.Namespace, vocab: int, tag: str) -> list[Re
     rng = np.random.default_rng(1234)
     hi = min(vocab, 1000)
     return [
-        Request(id=f"{tag}{i}", prompt_ids=rng.integers(1, hi, args.prompt_tokens).tolist(),
-                max_tokens=args.gen_tokens, ignore_eos=True)
+        Request(
+            id=f"{tag}{i}",
+            prompt_ids=rng.integers(1, hi, args.prompt_tokens).tolist(),
+            max_tokens=args.gen_tokens,
+            ignore_eos=True,
+        )
         for i in range(n)
     ]
 
@@ -64,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         counts = [int(x) for x in args.parallel.split(",")]
     except ValueError:
-        raise InputError(f"--parallel: expected counts like 1,2,4,8, got '{args.parallel}'") from None
+        raise InputError(
+            f"--parallel: expected counts like 1,2,4,8, got '{args.parallel}'"
+        ) from None
     model, _ = load(args)
     results = []
     for n in counts:
@@ -74,16 +80,26 @@ def run(args: argparse.Namespace) -> int:
             if best is None or r["decode_tok_s"] > best["decode_tok_s"]:
                 best = r
         results.append(best)
-        print(f"parallel {n}: decode {best['decode_tok_s']:.1f} tok/s, prefill "
-              f"{best['prefill_tok_s']:.1f} tok/s, ttft {best['ttft_s'] * 1000:.1f} ms",
-              file=sys.stderr)
-    out = {"model": args.model, "backend": args.backend, "kv": args.kv,
-           "drafter": args.drafter, "prompt_tokens": args.prompt_tokens,
-           "gen_tokens": args.gen_tokens, "sweep": results}
+        print(
+            f"parallel {n}: decode {best['decode_tok_s']:.1f} tok/s, prefill "
+            f"{best['prefill_tok_s']:.1f} tok/s, ttft {best['ttft_s'] * 1000:.1f} ms",
+            file=sys.stderr,
+        )
+    out = {
+        "model": args.model,
+        "backend": args.backend,
+        "kv": args.kv,
+        "drafter": args.drafter,
+        "prompt_tokens": args.prompt_tokens,
+        "gen_tokens": args.gen_tokens,
+        "sweep": results,
+    }
     if args.json:
         print(json.dumps(out))
     else:
         for r in results:
-            print(f"{r['parallel']:>3} streams  decode {r['decode_tok_s']:9.1f} tok/s  "
-                  f"prefill {r['prefill_tok_s']:9.1f} tok/s  ttft {r['ttft_s'] * 1000:7.1f} ms")
+            print(
+                f"{r['parallel']:>3} streams  decode {r['decode_tok_s']:9.1f} tok/s  "
+                f"prefill {r['prefill_tok_s']:9.1f} tok/s  ttft {r['ttft_s'] * 1000:7.1f} ms"
+            )
     return 0

@@ -59,8 +59,13 @@ def run(args: argparse.Namespace) -> int:
     cfg = engine_config(args, context=context)
     engine = Engine(model, cfg, drafter=make_drafter(cfg, model))
     engine.submit(
-        Request(id="0", prompt_ids=ids, max_tokens=args.max_tokens,
-                temperature=args.temperature, seed=args.seed)
+        Request(
+            id="0",
+            prompt_ids=ids,
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            seed=args.seed,
+        )
     )
     (stream,) = engine.run()
     out = reply(stream, tokenizer)

@@ -54,7 +54,9 @@ class PagePlan:
         return len(self.free_pages) + self.cached_pages >= self.pages_for(rows)
 
     def fits(self, rows: int) -> bool:
-        return rows <= self.context and (not self.paging or self.pages_for(rows) <= self.total_pages)
+        if rows > self.context:
+            return False
+        return not self.paging or self.pages_for(rows) <= self.total_pages
 
     def _chain(self, tokens: list[int]) -> list[bytes]:
         keys, h = [], b""

@@ -58,14 +58,25 @@ class Engine:
         rows = self._rows_needed(s)
         vocab = self.model.config.vocab_size
         if len(req.prompt_ids) + req.max_tokens > self.cfg.context:
-            self._finish(s, "error", f"prompt ({len(req.prompt_ids)}) + max_tokens "
-                         f"({req.max_tokens}) exceeds the context ({self.cfg.context})")
+            self._finish(
+                s,
+                "error",
+                f"prompt ({len(req.prompt_ids)}) + max_tokens "
+                f"({req.max_tokens}) exceeds the context ({self.cfg.context})",
+            )
         elif len(req.prompt_ids) + req.max_tokens > self.model.config.max_position_embeddings:
-            self._finish(s, "error", f"prompt + max_tokens exceeds max_position_embeddings "
-                         f"({self.model.config.max_position_embeddings})")
+            self._finish(
+                s,
+                "error",
+                f"prompt + max_tokens exceeds max_position_embeddings "
+                f"({self.model.config.max_position_embeddings})",
+            )
         elif not self.plan.fits(rows):
-            self._finish(s, "error", f"needs {self.plan.pages_for(rows)} KV pages, the pool "
-                         f"has {self.plan.total_pages}")
+            self._finish(
+                s,
+                "error",
+                f"needs {self.plan.pages_for(rows)} KV pages, the pool has {self.plan.total_pages}",
+            )
         elif max(req.prompt_ids) >= vocab:
             self._finish(s, "error", f"prompt id {max(req.prompt_ids)} >= vocab_size {vocab}")
         else:

@@ -95,6 +95,6 @@ class ModelConfig:
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             eos_token_ids=eos_ids,
             quantization=raw.get("quantization") or raw.get("quantization_config"),
-            mtp_layers=int(raw.get("num_nextn_predict_layers", raw.get("mtp_num_hidden_layers", 0))),
+            mtp_layers=int(raw.get("num_nextn_predict_layers") or 0),
             raw=raw,
         )

@@ -6,6 +6,7 @@ decode and verification all attend over the same stored bytes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -61,6 +62,7 @@ class Qwen3:
     lm_head: Array
     cos: np.ndarray
     sin: np.ndarray
+    extra: dict[str, np.ndarray] = field(default_factory=dict)  # mtp.* tensors, unbuilt
 
     def forward(
         self, segments: list[Segment], kv: KVCache, taps: tuple[int, ...] = ()
@@ -86,12 +88,14 @@ def rope_tables(config: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
-def build(config: ModelConfig, tensors: dict[str, np.ndarray], ops: Ops) -> Qwen3:
-    def get(name: str) -> np.ndarray:
-        if name not in tensors:
-            raise InputError(f"checkpoint: missing tensor '{name}'")
-        return tensors[name]
+def _get(tensors: dict[str, np.ndarray], name: str) -> np.ndarray:
+    if name not in tensors:
+        raise InputError(f"checkpoint: missing tensor '{name}'")
+    return tensors[name]
 
+
+def build_layer(config: ModelConfig, tensors: dict[str, np.ndarray], p: str, ops: Ops) -> Layer:
+    """One decoder layer from tensors named `p` + Qwen3's layer names."""
     h, d = config.hidden_size, config.head_dim
     shapes = {
         "self_attn.q_proj.weight": (config.num_heads * d, h),
@@ -102,51 +106,82 @@ def build(config: ModelConfig, tensors: dict[str, np.ndarray], ops: Ops) -> Qwen
         "mlp.up_proj.weight": (config.intermediate_size, h),
         "mlp.down_proj.weight": (h, config.intermediate_size),
     }
-    layers = []
-    for i in range(config.num_layers):
-        p = f"model.layers.{i}."
-        for key, shape in shapes.items():
-            if get(p + key).shape != shape:
-                raise InputError(
-                    f"checkpoint: tensor '{p + key}' has shape {get(p + key).shape}, "
-                    f"config.json implies {shape}"
-                )
-        qkv = np.concatenate(
-            [get(p + f"self_attn.{n}_proj.weight") for n in ("q", "k", "v")], axis=0
-        )
-        gate_up = np.concatenate([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")])
-        layers.append(
-            Layer(
-                qkv=ops.prepare_linear(qkv),
-                o=ops.prepare_linear(get(p + "self_attn.o_proj.weight")),
-                q_norm=ops.asarray(get(p + "self_attn.q_norm.weight")),
-                k_norm=ops.asarray(get(p + "self_attn.k_norm.weight")),
-                in_norm=ops.asarray(get(p + "input_layernorm.weight")),
-                post_norm=ops.asarray(get(p + "post_attention_layernorm.weight")),
-                gate_up=ops.prepare_linear(gate_up),
-                down=ops.prepare_linear(get(p + "mlp.down_proj.weight")),
+    for key, shape in shapes.items():
+        if _get(tensors, p + key).shape != shape:
+            raise InputError(
+                f"checkpoint: tensor '{p + key}' has shape {_get(tensors, p + key).shape}, "
+                f"config.json implies {shape}"
             )
-        )
-    embed = get("model.embed_tokens.weight")
+    qkv = np.concatenate([_get(tensors, p + f"self_attn.{n}_proj.weight") for n in "qkv"])
+    gate_up = np.concatenate(
+        [_get(tensors, p + "mlp.gate_proj.weight"), _get(tensors, p + "mlp.up_proj.weight")]
+    )
+    return Layer(
+        qkv=ops.prepare_linear(qkv),
+        o=ops.prepare_linear(_get(tensors, p + "self_attn.o_proj.weight")),
+        q_norm=ops.asarray(_get(tensors, p + "self_attn.q_norm.weight")),
+        k_norm=ops.asarray(_get(tensors, p + "self_attn.k_norm.weight")),
+        in_norm=ops.asarray(_get(tensors, p + "input_layernorm.weight")),
+        post_norm=ops.asarray(_get(tensors, p + "post_attention_layernorm.weight")),
+        gate_up=ops.prepare_linear(gate_up),
+        down=ops.prepare_linear(_get(tensors, p + "mlp.down_proj.weight")),
+    )
+
+
+Attend = Callable[[Array, Array, Array], Array]
+
+
+def project_qkv(
+    config: ModelConfig, ops: Ops, layer: Layer, h: Array, cos: Array, sin: Array
+) -> tuple[Array, Array, Array]:
+    """Normed input rows -> roped q [n, Hq, D], roped k and v [n, Hkv, D]."""
+    hq, hkv, d, eps = config.num_heads, config.num_kv_heads, config.head_dim, config.rms_norm_eps
+    n = h.shape[0]
+    qkv = ops.linear(h, layer.qkv)
+    q = qkv[:, : hq * d].reshape(n, hq, d)
+    k = qkv[:, hq * d : (hq + hkv) * d].reshape(n, hkv, d)
+    v = qkv[:, (hq + hkv) * d :].reshape(n, hkv, d)
+    q = ops.rope(ops.rms_norm(q, layer.q_norm, eps), cos, sin)
+    k = ops.rope(ops.rms_norm(k, layer.k_norm, eps), cos, sin)
+    return q, k, v
+
+
+def decoder_layer(
+    config: ModelConfig, ops: Ops, layer: Layer, x: Array, cos: Array, sin: Array, attend: Attend
+) -> Array:
+    """x + attention + MLP; `attend(q, k, v)` stores k/v where it must and returns [n, Hq, D]."""
+    eps, n = config.rms_norm_eps, x.shape[0]
+    q, k, v = project_qkv(config, ops, layer, ops.rms_norm(x, layer.in_norm, eps), cos, sin)
+    attn = attend(q, k, v).reshape(n, config.num_heads * config.head_dim)
+    x = ops.add(x, ops.linear(attn, layer.o))
+    gu = ops.linear(ops.rms_norm(x, layer.post_norm, eps), layer.gate_up)
+    inter = config.intermediate_size
+    return ops.add(x, ops.linear(ops.silu_mul(gu[:, :inter], gu[:, inter:]), layer.down))
+
+
+def build(config: ModelConfig, tensors: dict[str, np.ndarray], ops: Ops) -> Qwen3:
+    h = config.hidden_size
+    layers = [
+        build_layer(config, tensors, f"model.layers.{i}.", ops) for i in range(config.num_layers)
+    ]
+    embed = _get(tensors, "model.embed_tokens.weight")
     if embed.shape != (config.vocab_size, h):
         raise InputError(
             f"checkpoint: 'model.embed_tokens.weight' has shape {embed.shape}, "
             f"config.json implies {(config.vocab_size, h)}"
         )
-    if config.tie_word_embeddings or "lm_head.weight" not in tensors:
-        head = embed
-    else:
-        head = tensors["lm_head.weight"]
+    head = embed if config.tie_word_embeddings else _get(tensors, "lm_head.weight")
     cos, sin = rope_tables(config)
     return Qwen3(
         config=config,
         ops=ops,
         embed=ops.asarray(embed),
         layers=layers,
-        norm=ops.asarray(get("model.norm.weight")),
+        norm=ops.asarray(_get(tensors, "model.norm.weight")),
         lm_head=ops.prepare_linear(head),
         cos=cos,
         sin=sin,
+        extra={k: v for k, v in tensors.items() if k.startswith("mtp.")},
     )
 
 
@@ -154,7 +189,6 @@ def forward(
     model: Qwen3, segments: list[Segment], kv: KVCache, taps: tuple[int, ...] = ()
 ) -> list[SegmentOut]:
     cfg, ops = model.config, model.ops
-    hq, hkv, d, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
     ids = np.concatenate([s.tokens for s in segments]).astype(np.int64)
     positions = np.concatenate([s.start + np.arange(len(s.tokens)) for s in segments])
     if positions.max(initial=0) >= cfg.max_position_embeddings:
@@ -164,34 +198,25 @@ def forward(
         )
     bounds = np.cumsum([0] + [len(s.tokens) for s in segments])
     cos, sin = ops.asarray(model.cos[positions]), ops.asarray(model.sin[positions])
-    n = len(ids)
     x = ops.embed(model.embed, ids)
     tapped: dict[int, Array] = {}
     for li, layer in enumerate(model.layers):
-        h = ops.rms_norm(x, layer.in_norm, eps)
-        qkv = ops.linear(h, layer.qkv)
-        q = qkv[:, : hq * d].reshape(n, hq, d)
-        k = qkv[:, hq * d : (hq + hkv) * d].reshape(n, hkv, d)
-        v = qkv[:, (hq + hkv) * d :].reshape(n, hkv, d)
-        q = ops.rope(ops.rms_norm(q, layer.q_norm, eps), cos, sin)
-        k = ops.rope(ops.rms_norm(k, layer.k_norm, eps), cos, sin)
-        outs = []
-        for si, seg in enumerate(segments):
-            a, b = int(bounds[si]), int(bounds[si + 1])
-            kv.write(li, seg.pages, seg.start, ops.to_numpy(k[a:b]), ops.to_numpy(v[a:b]))
-            keys, values = kv.read(li, seg.pages, seg.start + (b - a))
-            outs.append(
-                ops.attention(q[a:b], ops.asarray(keys), ops.asarray(values), positions[a:b])
-            )
-        attn = ops.concat_rows(outs).reshape(n, hq * d)
-        x = ops.add(x, ops.linear(attn, layer.o))
-        h = ops.rms_norm(x, layer.post_norm, eps)
-        gu = ops.linear(h, layer.gate_up)
-        inter = cfg.intermediate_size
-        x = ops.add(x, ops.linear(ops.silu_mul(gu[:, :inter], gu[:, inter:]), layer.down))
+
+        def attend(q: Array, k: Array, v: Array, li: int = li) -> Array:
+            outs = []
+            for si, seg in enumerate(segments):
+                a, b = int(bounds[si]), int(bounds[si + 1])
+                kv.write(li, seg.pages, seg.start, ops.to_numpy(k[a:b]), ops.to_numpy(v[a:b]))
+                keys, values = kv.read(li, seg.pages, seg.start + (b - a))
+                outs.append(
+                    ops.attention(q[a:b], ops.asarray(keys), ops.asarray(values), positions[a:b])
+                )
+            return ops.concat_rows(outs)
+
+        x = decoder_layer(cfg, ops, layer, x, cos, sin, attend)
         if li in taps:
             tapped[li] = x
-    final = ops.rms_norm(x, model.norm, eps)
+    final = ops.rms_norm(x, model.norm, cfg.rms_norm_eps)
     results = []
     for si, seg in enumerate(segments):
         rows = int(bounds[si]) + np.asarray(seg.logit_rows, dtype=np.int64)

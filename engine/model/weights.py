@@ -1,4 +1,4 @@
-"""Load a checkpoint's tensors (single or sharded safetensors, dense or MLX-quantized) as float32."""
+"""Load a checkpoint's tensors (one file or shards; dense or MLX-quantized) as float32."""
 
 from __future__ import annotations
 
