@@ -6,7 +6,12 @@ from typing import Any
 
 from engine.errors import InputError
 
-_FACTORIES: dict[str, str] = {}
+_FACTORIES: dict[str, str] = {
+    "oracle": "engine.draft.oracle:OracleDrafter",
+    "noisy": "engine.draft.oracle:NoisyDrafter",
+    "mtp": "engine.draft.mtp:MtpDrafter",
+    "block": "engine.draft.block:BlockDrafter",
+}
 
 
 def available() -> list[str]:

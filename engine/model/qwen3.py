@@ -33,6 +33,7 @@ class SegmentOut:
     logits: np.ndarray  # [len(logit_rows), vocab] float32
     hidden: np.ndarray  # final normed hidden state of those rows [k, H]
     taps: dict[int, np.ndarray] = field(default_factory=dict)  # layer -> [n, H] residual
+    start: int = 0  # absolute position of the segment's first row
 
 
 class KVCache(Protocol):
@@ -229,6 +230,7 @@ def forward(
                     layer: ops.to_numpy(t[int(bounds[si]) : int(bounds[si + 1])])
                     for layer, t in tapped.items()
                 },
+                start=seg.start,
             )
         )
     return results

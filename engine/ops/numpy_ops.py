@@ -93,6 +93,9 @@ class NumpyOps:
     def concat_rows(self, parts: list[np.ndarray]) -> np.ndarray:
         return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
 
+    def concat_cols(self, parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts, axis=1)
+
     def take_rows(self, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
         return x[rows]
 

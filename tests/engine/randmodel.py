@@ -64,3 +64,19 @@ def random_tensors(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
         t[p + "mlp.up_proj.weight"] = w(cfg.intermediate_size, h)
         t[p + "mlp.down_proj.weight"] = w(h, cfg.intermediate_size)
     return t
+
+
+def random_mtp_tensors(cfg: ModelConfig, seed: int = 1) -> dict[str, np.ndarray]:
+    """`mtp.*` tensors (docs/drafters.md) with the target's shapes."""
+    rng = np.random.default_rng(seed)
+    h = cfg.hidden_size
+    layer = random_tensors(cfg, seed)
+    t = {
+        "mtp." + k.removeprefix("model."): v
+        for k, v in layer.items()
+        if k.startswith("model.layers.0.")
+    }
+    t["mtp.fc.weight"] = (rng.standard_normal((h, 2 * h)) * 0.1).astype(np.float32)
+    for name in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+        t[f"mtp.{name}.weight"] = np.ones(h, dtype=np.float32)
+    return t

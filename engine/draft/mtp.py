@@ -1,0 +1,139 @@
+"""The MTP drafter (docs/drafters.md): one extra decoder layer over the normed embedding
+of the next token joined with the target's last hidden state, sharing embedding and head.
+
+Per stream, in its lane area: the MTP layer's K/V rows, and the target hidden state of
+the newest row whose next token is not known yet. Rows are recomputed from the target's
+real hidden states after each verification, overwriting speculative rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.draft.lifecycle import LaneDrafter
+from engine.errors import InputError
+from engine.model.qwen3 import build_layer, decoder_layer
+
+
+@dataclass
+class MtpState:
+    area: dict[str, np.ndarray]
+    next_pos: int = 0  # first position without an MTP row from the target's real state
+    pending: np.ndarray | None = None  # target hidden at next_pos, its next token unknown
+    logits: np.ndarray | None = None  # MTP logits of the newest real row
+    y: np.ndarray | None = None  # MTP output of the newest real row
+
+
+class MtpDrafter(LaneDrafter):
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        cfg, ops, t = model.config, model.ops, model.extra
+        need = [
+            "mtp.fc.weight",
+            "mtp.pre_fc_norm_embedding.weight",
+            "mtp.pre_fc_norm_hidden.weight",
+            "mtp.norm.weight",
+        ]
+        missing = [n for n in need if n not in t]
+        if missing:
+            raise InputError(f"--drafter mtp: the checkpoint has no '{missing[0]}' (no MTP head)")
+        self.model = model
+        self.layer = build_layer(cfg, t, "mtp.layers.0.", ops)
+        self.fc = ops.prepare_linear(t["mtp.fc.weight"])
+        self.norm_e = ops.asarray(t["mtp.pre_fc_norm_embedding.weight"])
+        self.norm_h = ops.asarray(t["mtp.pre_fc_norm_hidden.weight"])
+        self.norm = ops.asarray(t["mtp.norm.weight"])
+        self.taps = (cfg.num_layers - 1,)
+        self.rows = 0
+
+    @classmethod
+    def from_config(cls, cfg: Any, model: Any) -> MtpDrafter:
+        if not hasattr(model, "extra"):
+            raise InputError("--drafter mtp: this backend's model has no MTP weights")
+        return cls(model)
+
+    def plan(self, plan: Any, model: Any) -> None:
+        self.rows = plan.context
+        super().plan(plan, model)
+
+    def make_area(self) -> dict[str, np.ndarray]:
+        c = self.model.config
+        shape = (self.rows, c.num_kv_heads, c.head_dim)
+        return {"k": np.zeros(shape, np.float32), "v": np.zeros(shape, np.float32)}
+
+    def new_state(self, stream: Any, area: dict[str, np.ndarray]) -> MtpState:
+        # rows before the first step (a reused prefix) get no MTP rows: zero them so a
+        # lane's earlier stream leaves nothing behind
+        area["k"][: stream.fed] = 0.0
+        area["v"][: stream.fed] = 0.0
+        return MtpState(area=area, next_pos=stream.fed)
+
+    def _rows(self, st: MtpState, start: int, hidden: np.ndarray, tokens: list[int]) -> np.ndarray:
+        """MTP rows at positions start.. from target (or chained) states; returns outputs y."""
+        m, ops = self.model, self.model.ops
+        eps = m.config.rms_norm_eps
+        n = len(tokens)
+        pos = np.arange(start, start + n)
+        e = ops.rms_norm(ops.embed(m.embed, np.asarray(tokens)), self.norm_e, eps)
+        g = ops.rms_norm(ops.asarray(hidden), self.norm_h, eps)
+        x = ops.linear(ops.concat_cols([e, g]), self.fc)
+
+        def attend(q: Any, k: Any, v: Any) -> Any:
+            st.area["k"][start : start + n] = ops.to_numpy(k)
+            st.area["v"][start : start + n] = ops.to_numpy(v)
+            keys = ops.asarray(st.area["k"][: start + n])
+            values = ops.asarray(st.area["v"][: start + n])
+            return ops.attention(q, keys, values, pos)
+
+        cos, sin = ops.asarray(m.cos[pos]), ops.asarray(m.sin[pos])
+        return decoder_layer(m.config, ops, self.layer, x, cos, sin, attend)
+
+    def _logits(self, y_row: Any) -> np.ndarray:
+        ops = self.model.ops
+        normed = ops.rms_norm(y_row, self.norm, self.model.config.rms_norm_eps)
+        return ops.to_numpy(ops.linear(normed, self.model.lm_head))[0]
+
+    def _catch_up(self, stream: Any, st: MtpState, start: int, hidden: np.ndarray) -> None:
+        """Add target rows start.. and compute every row whose next token is known."""
+        first = st.next_pos
+        if st.pending is not None:
+            rows = [st.pending, *hidden[first + 1 - start :]]
+        else:
+            rows = list(hidden[first - start :])
+        known = len(stream.tokens) - 1 - first  # rows q with t_{q+1} known
+        take = min(len(rows), known)
+        if take > 0:
+            tokens = stream.tokens[first + 1 : first + 1 + take]
+            y = self._rows(st, first, np.stack(rows[:take]), tokens)
+            st.y = y[-1:]
+            st.logits = self._logits(st.y)
+            st.next_pos = first + take
+        st.pending = rows[take] if take < len(rows) else None
+
+    def absorb_prompt(self, stream: Any, segment: Any, out: Any) -> None:
+        st = self.states.get(stream.sid)
+        if st is not None:
+            self._catch_up(stream, st, out.start, out.taps[self.taps[0]])
+
+    def absorb(self, stream: Any, out: Any, accepted: int, emitted: list[int]) -> None:
+        st = self.states.get(stream.sid)
+        if st is None:
+            return
+        if st.pending is not None:  # the prompt's last row; its rows were absorbed already
+            self._catch_up(stream, st, out.start, np.zeros((0,)))
+        else:  # a round: the pending token's row and the accepted drafts' rows
+            self._catch_up(stream, st, out.start, out.taps[self.taps[0]][: accepted + 1])
+
+    def propose(self, stream: Any, k: int) -> list[int]:
+        st = self.states.get(stream.sid)
+        if st is None or st.logits is None or st.next_pos != stream.fed:
+            return []
+        drafts = [int(np.argmax(st.logits))]
+        y = st.y
+        for i in range(1, k):
+            y = self._rows(st, stream.fed + i - 1, self.model.ops.to_numpy(y), [drafts[-1]])
+            drafts.append(int(np.argmax(self._logits(y))))
+        return drafts
