@@ -55,8 +55,8 @@ TOP_KEYS = {"name", "description", "axes", "gates", "speed", *AXES, *SCALARS}
 SIDES = ("base", "head")
 GATE_KINDS = ("across_commits", "within_commit", "resumed", "resource")
 RESOURCE_LIMITS = ("pages_in_use", "unplanned_allocations")
-SPEED_KEYS = {"runs": int, "parallel": list, "max_ratio_drop": float, "prompt_rows": int,
-              "tokens": int, "timeout": int}
+SPEED_KEYS = {"runs": int, "parallel": list, "max_ratio_drop": float, "prompt_tokens": int,
+              "gen_tokens": int, "repeats": int, "timeout": int}
 
 
 @dataclass(frozen=True)
@@ -224,8 +224,8 @@ def _speed(path: Path, raw: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(raw, dict):
         raise _fail(path, "speed", "a mapping", raw)
-    out: dict[str, Any] = {"runs": 3, "parallel": [1, 2, 4, 8], "max_ratio_drop": 0.05,
-                           "prompt_rows": 256, "tokens": 32, "timeout": 600}
+    out: dict[str, Any] = {"runs": 5, "parallel": [1, 2, 4, 8], "max_ratio_drop": 0.05,
+                           "prompt_tokens": 128, "gen_tokens": 32, "repeats": 3, "timeout": 600}
     for k, v in raw.items():
         if k not in SPEED_KEYS:
             raise _fail(path, f"speed.{k}", f"one of {', '.join(SPEED_KEYS)}", k)

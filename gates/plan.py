@@ -19,6 +19,7 @@ from gates.matrix import Gate, Matrix, column_axis
 class Arm:
     side: str
     config_json: str  # canonical JSON of the config
+    name: str = field(default="", compare=False)  # label without the matrix's constant axes
 
     @property
     def config(self) -> dict[str, Any]:
@@ -26,7 +27,7 @@ class Arm:
 
     @property
     def id(self) -> str:
-        return f"{self.side}: {label(self.config)}"
+        return f"{self.side}: {self.name or label(self.config)}"
 
 
 @dataclass
@@ -53,19 +54,29 @@ class Plan:
     checks: list[ResourceCheck] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # rules that matched nothing, and why
 
+    hide: frozenset[str] = frozenset()
+
     def add(self, arm: Arm) -> Arm:
         if arm not in self.arms:
+            arm = Arm(arm.side, arm.config_json, label(arm.config, self.hide))
             self.arms.append(arm)
-        return arm
+            return arm
+        return self.arms[self.arms.index(arm)]
 
 
 def canonical(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
-def label(c: dict[str, Any]) -> str:
-    """A short readable name of a config, unique within a matrix."""
-    parts = [str(c["prompts"]), str(c["backend"]), f"kv={c['kv']}"]
+def label(c: dict[str, Any], hide: frozenset[str] = frozenset()) -> str:
+    """A short readable name of a config, unique within a matrix.
+
+    ``hide``: axes with one value in the matrix (model, backend, prompts), left out."""
+    parts = []
+    if "model" not in hide:
+        parts.append(str(c["model"]).rstrip("/").rsplit("/", 1)[-1])
+    parts += [str(c[k]) for k in ("prompts", "backend") if k not in hide]
+    parts.append(f"kv={c['kv']}")
     parts.append("serial" if c.get("serial") else f"p={c['parallel']}")
     parts.append(f"paging={c['paging']}")
     if c["drafter"] != "none":
@@ -73,8 +84,7 @@ def label(c: dict[str, Any]) -> str:
     parts.extend(f"{k}={v}" for k, v in c["flags"].items())
     if c.get("resumed"):
         parts.append("resumed")
-    model = str(c["model"]).rstrip("/").rsplit("/", 1)[-1]
-    return f"{model} " + " ".join(parts)
+    return " ".join(parts)
 
 
 def _config(m: Matrix, point: dict[str, Any], **variant: Any) -> dict[str, Any]:
@@ -111,7 +121,8 @@ def build(m: Matrix, prompt_sets: dict[str, list[dict[str, Any]]]) -> Plan:
 
     ``prompt_sets`` maps each prompts axis value to its loaded prompt set.
     """
-    plan = Plan()
+    plan = Plan(hide=frozenset(a for a in ("model", "backend", "prompts")
+                               if len(m.axes[a]) == 1))
     resource_gates = []
     for gate in m.gates:
         points = _points(m, gate)
@@ -135,8 +146,7 @@ def build(m: Matrix, prompt_sets: dict[str, list[dict[str, Any]]]) -> Plan:
                     if (a.config_json, b.config_json) in seen:
                         continue
                     seen.add((a.config_json, b.config_json))
-                    plan.add(a)
-                    plan.add(b)
+                    a, b = plan.add(a), plan.add(b)
                     plan.comparisons.append(Comparison(gate.name, _column(m, p), a, b, ids))
         else:
             resource_gates.append(gate)
@@ -183,6 +193,5 @@ def _within(m: Matrix, gate: Gate, points: list[dict[str, Any]], plan: Plan) -> 
                 if (side, a.config_json, b.config_json) in seen:
                     continue
                 seen.add((side, a.config_json, b.config_json))
-                plan.add(a)
-                plan.add(b)
+                a, b = plan.add(a), plan.add(b)
                 plan.comparisons.append(Comparison(gate.name, _column(m, v), a, b))

@@ -119,7 +119,7 @@ def run(opts: Options) -> int:
     timeout = float(m.scalars["timeout"])
     for arm in the_plan.arms:
         s, cfg = sides[arm.side], arm.config
-        row: dict[str, Any] = {"id": arm.id, "side": arm.side, "label": plan.label(cfg),
+        row: dict[str, Any] = {"id": arm.id, "side": arm.side, "label": arm.name,
                                "config": cfg, "cached": False}
         arm_rows[arm] = row
         c, why = caps[arm.side]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -44,7 +45,8 @@ def rates(obj: Any, prefix: str = "") -> dict[str, float]:
 def bench_argv(model: Path, backend: str, spec: dict[str, Any]) -> list[str]:
     return [sys.executable, "-m", "engine", "bench", "--json", "--model", str(model),
             "--backend", backend, "--parallel", ",".join(map(str, spec["parallel"])),
-            "--prompt-rows", str(spec["prompt_rows"]), "--tokens", str(spec["tokens"])]
+            "--prompt-tokens", str(spec["prompt_tokens"]), "--gen-tokens", str(spec["gen_tokens"]),
+            "--repeats", str(spec["repeats"])]
 
 
 def bench_once(worktree: Path, argv: list[str], cache: Path, backend: str,
@@ -64,6 +66,14 @@ def bench_once(worktree: Path, argv: list[str], cache: Path, backend: str,
     if not vals:
         return None, "engine bench --json printed no tok/s numbers"
     return vals, ""
+
+
+def pretty(metric: str) -> str:
+    """``sweep[4].decode_tok_s`` -> ``decode tok/s at 4 streams``."""
+    m = re.fullmatch(r"\w+\[(\d+)\]\.(\w+?)_tok_s", metric)
+    if m:
+        return f"{m.group(2)} tok/s at {m.group(1)} stream{'s' * (m.group(1) != '1')}"
+    return metric
 
 
 def ratio_ci(base: list[float], head: list[float]) -> tuple[float, float, float]:

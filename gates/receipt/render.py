@@ -19,6 +19,7 @@ from tabulate import tabulate
 from gates import EXIT_ARM_FAILED, EXIT_GATE_FAILED, EXIT_OK
 from gates import prompts as prompts_mod
 from gates.checks.equality import describe_margin
+from gates.checks.perf import pretty
 
 TEMPLATES = Path(__file__).parent / "templates"
 DIFFS_SHOWN = 3  # differing requests shown in full per failing gate; the manifest has more
@@ -183,8 +184,8 @@ def speed_table(speed: dict[str, Any] | None) -> str:
     rows = []
     for r in speed["metrics"]:
         ci = "—" if math.isnan(r["lo"]) else f"{r['lo']:.3f}–{r['hi']:.3f}"
-        rows.append([r["metric"], f"{r['base']:.1f}", f"{r['head']:.1f}", f"{r['ratio']:.3f}",
-                     ci, r["verdict"]])
+        rows.append([pretty(r["metric"]), f"{r['base']:.1f}", f"{r['head']:.1f}",
+                     f"{r['ratio']:.3f}", ci, r["verdict"]])
     return tabulate(rows, headers=["metric (tok/s)", "base", "head", "head/base", "95% CI",
                                    "verdict"], tablefmt="github")
 
@@ -202,7 +203,8 @@ def skipped(man: dict[str, Any]) -> list[str]:
         for e in g["entries"]:
             for s in e.get("skipped", []):
                 out.append(f"left out of {g['name']}: request `{s['id']}` — {s['reason']}")
-            if e["status"] == "not_comparable" and g["kind"] == "resource" and e["reason"]:
+            if e["status"] == "not_comparable" and g["kind"] == "resource" \
+                    and e["reason"].startswith("the engine reports no"):
                 out.append(f"{g['name']}: {e['arm']}: {e['reason']}")
     sp = man.get("speed")
     if sp and sp.get("status") == "not_comparable":

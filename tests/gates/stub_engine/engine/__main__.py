@@ -123,13 +123,16 @@ def main() -> int:
     b.add_argument("--model")
     b.add_argument("--backend")
     b.add_argument("--parallel")
-    b.add_argument("--prompt-rows")
-    b.add_argument("--tokens")
+    b.add_argument("--prompt-tokens")
+    b.add_argument("--gen-tokens")
+    b.add_argument("--repeats")
     a = p.parse_args()
     if a.cmd == "capabilities":
         return capabilities()
     if a.cmd == "bench":
-        print(json.dumps({"decode_tok_s": {"1": 100.0, "2": 180.0}, "prefill_tok_s": 900.0}))
+        print(json.dumps({"sweep": [{"parallel": 1, "decode_tok_s": 100.0, "prefill_tok_s": 900.0},
+                                    {"parallel": 2, "decode_tok_s": 180.0,
+                                     "prefill_tok_s": 950.0}]}))
         return 0
     return run(a)
 
