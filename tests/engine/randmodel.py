@@ -80,3 +80,39 @@ def random_mtp_tensors(cfg: ModelConfig, seed: int = 1) -> dict[str, np.ndarray]
     for name in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
         t[f"mtp.{name}.weight"] = np.ones(h, dtype=np.float32)
     return t
+
+
+def write_random_block_drafter(
+    out_dir: str, cfg: ModelConfig, target_layers: tuple[int, ...] = (0, 1), block: int = 6
+) -> None:
+    """A block drafter directory (docs/drafters.md) with random weights."""
+    import json
+    from pathlib import Path
+
+    from engine.model.safetensors_file import save
+
+    rng = np.random.default_rng(7)
+    h = cfg.hidden_size
+    layer = random_tensors(cfg, 3)
+    t = {k.removeprefix("model."): v for k, v in layer.items() if k.startswith("model.layers.0.")}
+    t["fc.weight"] = (rng.standard_normal((h, len(target_layers) * h)) * 0.1).astype(np.float32)
+    t["hidden_norm.weight"] = np.ones(h, dtype=np.float32)
+    t["norm.weight"] = np.ones(h, dtype=np.float32)
+    t["mask_embedding"] = (rng.standard_normal(h) * 0.1).astype(np.float32)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    save(Path(out_dir) / "model.safetensors", t)
+    config = {
+        "architectures": ["ExactBlockDrafter"],
+        "model_type": "exact_block_drafter",
+        "hidden_size": h,
+        "num_hidden_layers": 1,
+        "num_attention_heads": cfg.num_heads,
+        "num_key_value_heads": cfg.num_kv_heads,
+        "head_dim": cfg.head_dim,
+        "intermediate_size": cfg.intermediate_size,
+        "target_layers": list(target_layers),
+        "block_size": block,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+    }
+    (Path(out_dir) / "config.json").write_text(json.dumps(config))
