@@ -122,7 +122,7 @@ class Engine:
             self.clock.sleep_until(self.t0 + self.waiting[0].req.arrival)
             return True
         for v in views:
-            if v.phase == "long" and v.id != action.stream:
+            if v.phase != "decoding" and v.id != action.stream:  # prompts age
                 self._by_sid(v.id).passed_over += 1
         start = self.clock.now()
         if action.kind == "round":
