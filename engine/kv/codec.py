@@ -29,7 +29,7 @@ def encode(kind: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         return x.astype(ml_dtypes.bfloat16), None
     amax = np.max(np.abs(x), axis=-1)
     _, exp = np.frexp(amax)
-    exp = (exp - 8).astype(np.int8)
+    exp = np.clip(exp - 8, -128, 127).astype(np.int8)  # tiny rows: no int8 wrap-around
     scaled = np.ldexp(x, -exp[..., None].astype(np.int32))
     codes = np.clip(scaled, -FP8_MAX, FP8_MAX).astype(ml_dtypes.float8_e4m3fn)
     return codes, exp
