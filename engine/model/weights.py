@@ -55,6 +55,11 @@ def load_tensors(model_dir: str | Path, config: ModelConfig) -> dict[str, np.nda
         raw.update(safetensors_file.load(path))
     out: dict[str, np.ndarray] = {}
     quant = config.quantization or {}
+    if quant.get("mode", "affine") != "affine":
+        raise InputError(
+            f"{model_dir}/config.json: quantization mode '{quant['mode']}' is not supported "
+            "(only MLX 'affine')"
+        )
     for name, arr in raw.items():
         if name.endswith((".scales", ".biases")):
             continue
