@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+# Fixed-shape tiles of 8 rows gain nothing from BLAS threads, and threads that spin on an
+# oversubscribed machine stall each call for milliseconds. Export the variable to override.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from engine.errors import EngineFailure, InputError
 

@@ -25,6 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gen-tokens", type=int, default=32)
     p.add_argument("--repeats", type=int, default=3, help="best of this many runs")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--ops", action="store_true", help="cost of exactness: tiled vs plain matmul")
     p.set_defaults(func=run)
 
 
@@ -72,6 +73,19 @@ def run(args: argparse.Namespace) -> int:
             f"--parallel: expected counts like 1,2,4,8, got '{args.parallel}'"
         ) from None
     model, _ = load(args)
+    if args.ops:
+        from engine.cli.bench_ops import exactness_cost
+
+        rows = exactness_cost(model)
+        if args.json:
+            print(json.dumps({"model": args.model, "backend": args.backend, "ops": rows}))
+        for r in rows:
+            print(
+                f"{r['rows']:>4} rows  tiled {r['tiled_ms']:8.3f} ms  plain "
+                f"{r['plain_ms']:8.3f} ms  x{r['ratio']:.2f}",
+                file=sys.stderr,
+            )
+        return 0
     results = []
     for n in counts:
         best = None
