@@ -15,17 +15,12 @@ from engine.errors import EngineFailure, InputError
 
 def build_parser() -> argparse.ArgumentParser:
     from engine.cli import bench, capabilities, generate, run
+    from engine.serve import cli as serve
 
     parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (generate, run, bench, capabilities):
+    for module in (generate, run, bench, serve, capabilities):
         module.add_parser(sub)
-    try:
-        from engine.serve import cli as serve_cli
-
-        serve_cli.add_parser(sub)
-    except ImportError:
-        pass
     return parser
 
 

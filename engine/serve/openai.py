@@ -1,0 +1,83 @@
+"""OpenAI-compatible request parsing and response shapes (completions and chat)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from engine.cli.common import token_sha
+from engine.errors import InputError
+from engine.lanes.request import Request, parse_request
+from engine.lanes.stream import Stream
+
+FINISH = {"stop": "stop", "length": "length", "cancelled": "stop", "error": "error"}
+
+
+def to_request(body: Any, chat: bool, tokenizer: Any) -> tuple[Request, bool]:
+    """An engine Request from an OpenAI body; also whether the client wants a stream."""
+    if not isinstance(body, dict):
+        raise InputError("request body: expected a JSON object")
+    fields: dict[str, Any] = {"id": uuid.uuid4().hex[:16]}
+    if chat:
+        fields["messages"] = body.get("messages")
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and all(isinstance(i, int) for i in prompt):
+            fields["prompt_ids"] = prompt
+        elif isinstance(prompt, str):
+            fields["prompt"] = prompt
+        else:
+            raise InputError("field 'prompt': expected a string or a list of token ids")
+    for key in ("temperature", "seed", "priority", "draft", "stop_ids", "ignore_eos"):
+        if key in body and body[key] is not None:
+            fields[key] = body[key]
+    limit = body.get("max_completion_tokens", body.get("max_tokens", 16))
+    fields["max_tokens"] = limit
+    stream = bool(body.get("stream", False))
+    return parse_request(fields, "request body", tokenizer), stream
+
+
+def completion(s: Stream, tokenizer: Any, chat: bool, model: str) -> dict[str, Any]:
+    text = tokenizer.decode(s.generated) if tokenizer else ""
+    choice: dict[str, Any] = {"index": 0, "finish_reason": FINISH[s.finish_reason]}
+    if chat:
+        choice["message"] = {"role": "assistant", "content": text}
+    else:
+        choice["text"] = text
+    choice["token_ids"] = s.generated
+    out = {
+        "id": ("chatcmpl-" if chat else "cmpl-") + s.req.id,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": {
+            "prompt_tokens": s.prompt_len,
+            "completion_tokens": len(s.generated),
+            "total_tokens": s.prompt_len + len(s.generated),
+        },
+        "token_sha": token_sha(s.generated),
+        "drafted": s.drafted,
+        "accepted": s.accepted,
+    }
+    if s.error:
+        out["error"] = s.error
+    return out
+
+
+def chunk(
+    req_id: str, delta: str, ids: list[int], chat: bool, model: str, finish: str | None = None
+) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "token_ids": ids}
+    if chat:
+        choice["delta"] = {"content": delta}
+    else:
+        choice["text"] = delta
+    return {
+        "id": ("chatcmpl-" if chat else "cmpl-") + req_id,
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+    }

@@ -1,0 +1,103 @@
+"""The engine loop on its own thread. HTTP handlers hand it requests and cancels through an
+inbox and wait on per-request tickets; only this thread touches the Engine."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.lanes.engine import Engine
+from engine.lanes.request import Request
+from engine.lanes.stream import Stream
+
+
+@dataclass
+class Ticket:
+    request: Request
+    updates: queue.Queue = field(default_factory=queue.Queue)  # list[int] chunks, then Stream
+    stream: Stream | None = None
+
+
+class EngineWorker:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.inbox: queue.Queue = queue.Queue()
+        self.tickets: dict[int, Ticket] = {}
+        self.sent: dict[int, int] = {}
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._loop, name="engine-loop", daemon=True)
+        self.stopping = False
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.inbox.put(None)
+        self.thread.join(timeout=10)
+
+    def submit(self, request: Request) -> Ticket:
+        ticket = Ticket(request)
+        self.inbox.put(("submit", ticket))
+        return ticket
+
+    def cancel(self, ticket: Ticket) -> None:
+        self.inbox.put(("cancel", ticket))
+
+    def metrics(self) -> dict[str, Any]:
+        with self.lock:
+            e = self.engine
+            return {
+                "pages_in_use": e.plan.pages_in_use,
+                "unplanned_allocations": e.plan.unplanned_allocations,
+                "cached_pages": e.plan.cached_pages,
+                "live_streams": len(e.live),
+                "waiting_streams": len(e.waiting),
+                **e.stats,
+            }
+
+    def _take(self, item: Any) -> None:
+        kind, ticket = item
+        if kind == "submit":
+            ticket.request.arrival = self.engine.clock.now() - self.engine.t0
+            ticket.stream = self.engine.submit(ticket.request)
+            self.tickets[ticket.stream.sid] = ticket
+            self.sent[ticket.stream.sid] = 0
+        elif ticket.stream is not None:
+            self.engine.cancel(ticket.request.id)
+
+    def _publish(self) -> None:
+        for sid, ticket in list(self.tickets.items()):
+            s = ticket.stream
+            new = s.generated[self.sent[sid] :]
+            if new:
+                self.sent[sid] += len(new)
+                ticket.updates.put(list(new))
+            if s.done:
+                ticket.updates.put(s)
+                del self.tickets[sid], self.sent[sid]
+
+    def _loop(self) -> None:
+        while not self.stopping:
+            block = self.engine.idle
+            try:
+                item = self.inbox.get(block=block, timeout=None if block else 0)
+            except queue.Empty:
+                item = ()
+            if item is None:
+                break
+            while item:
+                self._take(item)
+                try:
+                    item = self.inbox.get_nowait()
+                except queue.Empty:
+                    item = ()
+                if item is None:
+                    return
+            with self.lock:
+                self.engine.step()
+                self.engine.events.clear()  # a server keeps no history
+            self._publish()
+            self.engine.finished.clear()
