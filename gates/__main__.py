@@ -12,13 +12,26 @@ from gates import EXIT_BAD_INPUT, BadInput
 
 def _run(a: argparse.Namespace) -> int:
     from gates.run import Options, run
-    return run(Options(base=a.base, head=a.head, matrix=a.matrix, jobs=a.jobs, out=a.out,
-                       no_cache=a.no_cache, repo=a.repo, speed=not a.no_speed, quiet=a.quiet))
+
+    return run(
+        Options(
+            base=a.base,
+            head=a.head,
+            matrix=a.matrix,
+            jobs=a.jobs,
+            out=a.out,
+            no_cache=a.no_cache,
+            repo=a.repo,
+            speed=not a.no_speed,
+            quiet=a.quiet,
+        )
+    )
 
 
 def _show(a: argparse.Namespace) -> int:
     from gates.receipt import render
     from gates.refs import open_repo, repo_root
+
     path = Path(a.receipt) if a.receipt else None
     if path is None:
         folder = repo_root(open_repo(a.repo)) / "receipts"
@@ -32,14 +45,17 @@ def _show(a: argparse.Namespace) -> int:
         man = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise BadInput(f"{path}: not a receipt manifest: {e}") from None
-    print(render.summary(man) if a.summary else render.markdown(man), end="" if
-          not a.summary else "\n")
+    print(
+        render.summary(man) if a.summary else render.markdown(man),
+        end="" if not a.summary else "\n",
+    )
     return int(man.get("exit_code", 0))
 
 
 def _clean(a: argparse.Namespace) -> int:
     from gates.refs import cache_root, clean
     from gates.run import open_repo_or_none
+
     removed = clean(open_repo_or_none(a.repo), everything=not a.keep_results)
     if a.keep_results:
         print(f"removed {len(removed)} worktree(s); results kept in {cache_root()}")
@@ -50,39 +66,61 @@ def _clean(a: argparse.Namespace) -> int:
 
 def _lean(a: argparse.Namespace) -> int:
     from gates.checks.lean import main as lean_main
+
     return lean_main(a.repo, a.base, a.head)
 
 
 def _selftest(a: argparse.Namespace) -> int:
     from gates.selftest import main as selftest_main
-    return selftest_main(a.repo, model=a.model, backend=a.backend, max_tokens=a.max_tokens)
+
+    return selftest_main(
+        a.repo,
+        model=a.model,
+        backend=a.backend,
+        max_tokens=a.max_tokens,
+        prompt_set=a.prompts,
+        ref=a.ref,
+    )
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m gates",
-                                description="Run gate matrices between two commits of the "
-                                            "engine and write a receipt.")
+    p = argparse.ArgumentParser(
+        prog="python -m gates",
+        description="Run gate matrices between two commits of the engine and write a receipt.",
+    )
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--repo", default=".",
-                        help="the repository (default: the one around the current folder)")
+    common.add_argument(
+        "--repo", default=".", help="the repository (default: the one around the current folder)"
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
 
     r = sub.add_parser("run", parents=[common], help="run a matrix between --base and --head")
     r.add_argument("--base", default="main", help="git ref (default: main)")
-    r.add_argument("--head", default="HEAD", help="git ref, or WORKTREE for the uncommitted "
-                                                 "tree (default: HEAD)")
-    r.add_argument("--matrix", default="matrices/quick.yaml",
-                   help="matrix file, or a name under matrices/ (default: matrices/quick.yaml)")
-    r.add_argument("--jobs", type=int, default=None, help="arms at once (default: CPU count; "
-                                                          "one per GPU on a CUDA backend)")
+    r.add_argument(
+        "--head",
+        default="HEAD",
+        help="git ref, or WORKTREE for the uncommitted tree (default: HEAD)",
+    )
+    r.add_argument(
+        "--matrix",
+        default="matrices/quick.yaml",
+        help="matrix file, or a name under matrices/ (default: matrices/quick.yaml)",
+    )
+    r.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="arms at once (default: CPU count; one per GPU on a CUDA backend)",
+    )
     r.add_argument("--out", default=None, help="receipt folder (default: receipts/)")
     r.add_argument("--no-cache", action="store_true", help="run every arm again")
     r.add_argument("--no-speed", action="store_true", help="skip the matrix's speed gates")
     r.add_argument("--quiet", action="store_true", help="no progress on stderr")
     r.set_defaults(fn=_run)
 
-    s = sub.add_parser("show", parents=[common],
-                       help="print a receipt (default: the newest) from its manifest")
+    s = sub.add_parser(
+        "show", parents=[common], help="print a receipt (default: the newest) from its manifest"
+    )
     s.add_argument("receipt", nargs="?", help="a receipt .json or .md")
     s.add_argument("--summary", action="store_true", help="the short summary only")
     s.set_defaults(fn=_show)
@@ -91,24 +129,46 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--keep-results", action="store_true", help="remove worktrees only")
     c.set_defaults(fn=_clean)
 
-    ln = sub.add_parser("lean", parents=[common],
-                        help="new ruff problems on --head against the merge base")
+    ln = sub.add_parser(
+        "lean", parents=[common], help="new ruff problems on --head against the merge base"
+    )
     ln.add_argument("--base", default="main")
     ln.add_argument("--head", default="HEAD")
     ln.set_defaults(fn=_lean)
 
-    t = sub.add_parser("selftest", parents=[common],
-                       help="a positive and a negative control on the bundled model: can the "
-                            "harness still see a difference?")
+    t = sub.add_parser(
+        "selftest",
+        parents=[common],
+        help="a positive and a negative control on the bundled model: can the "
+        "harness still see a difference?",
+    )
     t.add_argument("--model", default="fixtures/models/tiny-qwen3")
     t.add_argument("--backend", default="numpy")
     t.add_argument("--max-tokens", type=int, default=8)
+    t.add_argument("--prompts", default="quick", help="prompt set (default: quick)")
+    t.add_argument("--ref", default="HEAD", help="whose engine (default: HEAD; or WORKTREE)")
     t.set_defaults(fn=_selftest)
     return p
 
 
+def _glue_refs(argv: list[str]) -> list[str]:
+    """``--head -x`` -> ``--head=-x``, so a ref that looks like an option gets a clear error."""
+    out: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a in ("--base", "--head"):
+            nxt = next(it, None)
+            out.append(a if nxt is None else f"{a}={nxt}")
+        else:
+            out.append(a)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    try:
+        args = parser().parse_args(_glue_refs(sys.argv[1:] if argv is None else argv))
+    except SystemExit as e:  # argparse: usage errors are bad input too
+        return int(e.code or 0)
     try:
         return args.fn(args)
     except BadInput as e:

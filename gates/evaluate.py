@@ -24,22 +24,28 @@ def pair_names(a: Arm, b: Arm) -> tuple[str, str]:
         return a.side, b.side
     ca, cb = a.config, b.config
     if ca.get("resumed") != cb.get("resumed"):
-        return ("resumed" if ca.get("resumed") else "cold",
-                "resumed" if cb.get("resumed") else "cold")
+        return (
+            "resumed" if ca.get("resumed") else "cold",
+            "resumed" if cb.get("resumed") else "cold",
+        )
     if ca.get("serial") != cb.get("serial"):
-        return ("serial" if ca.get("serial") else f"p={ca['parallel']}",
-                "serial" if cb.get("serial") else f"p={cb['parallel']}")
+        return (
+            "serial" if ca.get("serial") else f"p={ca['parallel']}",
+            "serial" if cb.get("serial") else f"p={cb['parallel']}",
+        )
     diff = [k for k in sorted(ca) if ca[k] != cb.get(k)]
     if not diff:
         return "a", "b"
 
     def show(c: dict[str, Any]) -> str:
         return " ".join(f"{k}={c[k] if c[k] != {} else 'unset'}" for k in diff)
+
     return show(ca), show(cb)
 
 
-def _blocked(arms: tuple[Arm, ...], rows: dict[Arm, dict[str, Any]],
-             results: dict[Arm, dict[str, Any]]) -> tuple[str, str, str] | None:
+def _blocked(
+    arms: tuple[Arm, ...], rows: dict[Arm, dict[str, Any]], results: dict[Arm, dict[str, Any]]
+) -> tuple[str, str, str] | None:
     """(state, reason, stderr tail) if an arm is not comparable or did not finish."""
     for arm in arms:
         row = rows[arm]
@@ -50,33 +56,62 @@ def _blocked(arms: tuple[Arm, ...], rows: dict[Arm, dict[str, Any]],
         if r is None:
             return "could_not_run", f"{arm.id}: no result (interrupted?)", ""
         if r.get("status") != "ok":
-            return ("could_not_run", f"{arm.id}: {r.get('reason', 'crashed')}",
-                    r.get("stderr_tail", ""))
+            return (
+                "could_not_run",
+                f"{arm.id}: {r.get('reason', 'crashed')}",
+                r.get("stderr_tail", ""),
+            )
     return None
 
 
-def _comparison(c: Comparison, rows: dict[Arm, dict[str, Any]],
-                results: dict[Arm, dict[str, Any]], requests: dict[str, dict[str, Any]],
-                decode: equality.Decoder | None) -> dict[str, Any]:
+def _comparison(
+    c: Comparison,
+    rows: dict[Arm, dict[str, Any]],
+    results: dict[Arm, dict[str, Any]],
+    requests: dict[str, dict[str, Any]],
+    decode: equality.Decoder | None,
+) -> dict[str, Any]:
     a_name, b_name = pair_names(c.a, c.b)
-    e: dict[str, Any] = {"column": c.column, "a": c.a.id, "b": c.b.id, "a_name": a_name,
-                         "b_name": b_name, "matched": 0, "total": 0, "reason": "",
-                         "diffs": [], "n_diffs": 0, "skipped": []}
+    e: dict[str, Any] = {
+        "column": c.column,
+        "a": c.a.id,
+        "b": c.b.id,
+        "a_name": a_name,
+        "b_name": b_name,
+        "matched": 0,
+        "total": 0,
+        "reason": "",
+        "diffs": [],
+        "n_diffs": 0,
+        "skipped": [],
+    }
     blocked = _blocked((c.a, c.b), rows, results)
     if blocked:
         e["status"], e["reason"], e["stderr_tail"] = blocked
         return e
     got = equality.compare(results[c.a], results[c.b], c.only_ids, requests, decode)
-    e.update(matched=got["matched"], total=got["total"], skipped=got["skipped"],
-             n_diffs=len(got["diffs"]), diffs=got["diffs"][:MAX_DIFFS])
+    e.update(
+        matched=got["matched"],
+        total=got["total"],
+        skipped=got["skipped"],
+        n_diffs=len(got["diffs"]),
+        diffs=got["diffs"][:MAX_DIFFS],
+    )
     e["status"] = "pass" if got["matched"] == got["total"] else "fail"
     return e
 
 
-def _check(c: ResourceCheck, rows: dict[Arm, dict[str, Any]],
-           results: dict[Arm, dict[str, Any]]) -> dict[str, Any]:
-    e: dict[str, Any] = {"column": c.column, "arm": c.arm.id, "reason": "", "values": {},
-                         "matched": 0, "total": 0}
+def _check(
+    c: ResourceCheck, rows: dict[Arm, dict[str, Any]], results: dict[Arm, dict[str, Any]]
+) -> dict[str, Any]:
+    e: dict[str, Any] = {
+        "column": c.column,
+        "arm": c.arm.id,
+        "reason": "",
+        "values": {},
+        "matched": 0,
+        "total": 0,
+    }
     blocked = _blocked((c.arm,), rows, results)
     if blocked:
         e["status"], e["reason"], e["stderr_tail"] = blocked
@@ -102,9 +137,14 @@ def _state(states: list[str]) -> str:
     return "empty"
 
 
-def evaluate(m: Matrix, plan: Plan, results: dict[Arm, dict[str, Any]],
-             rows: dict[Arm, dict[str, Any]], sets: dict[str, list[dict[str, Any]]],
-             decoders: dict[str, equality.Decoder | None]) -> list[dict[str, Any]]:
+def evaluate(
+    m: Matrix,
+    plan: Plan,
+    results: dict[Arm, dict[str, Any]],
+    rows: dict[Arm, dict[str, Any]],
+    sets: dict[str, list[dict[str, Any]]],
+    decoders: dict[str, equality.Decoder | None],
+) -> list[dict[str, Any]]:
     out = []
     for gate in m.gates:
         entries: list[dict[str, Any]] = []
@@ -126,11 +166,16 @@ def evaluate(m: Matrix, plan: Plan, results: dict[Arm, dict[str, Any]],
             cell["status"] = _state(cell["states"])
             cell["counts"] = {s: cell["states"].count(s) for s in ORDER}
             del cell["states"]
-        g = {"name": gate.name, "kind": gate.kind, "sides": list(gate.sides),
-             "status": _state([e["status"] for e in entries]),
-             "matched": sum(e["matched"] for e in entries),
-             "total": sum(e["total"] for e in entries),
-             "cells": cells, "entries": entries}
+        g = {
+            "name": gate.name,
+            "kind": gate.kind,
+            "sides": list(gate.sides),
+            "status": _state([e["status"] for e in entries]),
+            "matched": sum(e["matched"] for e in entries),
+            "total": sum(e["total"] for e in entries),
+            "cells": cells,
+            "entries": entries,
+        }
         if gate.kind == "within_commit":
             g["vary"] = gate.vary
             g["reference"] = gate.reference

@@ -24,11 +24,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
 GPU_BACKENDS = ("cupy",)
-REPLY_KEYS = ("id", "ids", "text", "token_sha", "finish_reason", "prompt_tokens", "margins",
-              "min_margin", "drafted", "accepted", "error")
+REPLY_KEYS = (
+    "id",
+    "ids",
+    "text",
+    "token_sha",
+    "finish_reason",
+    "prompt_tokens",
+    "margins",
+    "min_margin",
+    "drafted",
+    "accepted",
+    "error",
+)
 TAIL = 2000
 
 
@@ -37,14 +53,28 @@ def tail(text: str, n: int = TAIL) -> str:
     return text if len(text) <= n else "…" + text[-n:]
 
 
-def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float,
-         stdout: Any = subprocess.PIPE, stderr: Any = subprocess.PIPE,
-         live: set[subprocess.Popen] | None = None) -> tuple[int | None, str, str]:
+def _run(
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    timeout: float,
+    stdout: Any = subprocess.PIPE,
+    stderr: Any = subprocess.PIPE,
+    live: set[subprocess.Popen] | None = None,
+) -> tuple[int | None, str, str]:
     """Run a command in its own process group; kill the group on timeout.
 
     Returns (exit code or None on timeout, stdout, stderr) (text only for pipes)."""
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=stdout, stderr=stderr,
-                            stdin=subprocess.DEVNULL, start_new_session=True, text=True)
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdout=stdout,
+        stderr=stderr,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        text=True,
+    )
     if live is not None:
         live.add(proc)
     try:
@@ -66,8 +96,11 @@ def kill(proc: subprocess.Popen) -> None:
 
 def base_env(worktree: Path, backend: str, flags: dict[str, str], cache: Path) -> dict[str, str]:
     """The environment of an engine subprocess: no ENGINE_* leaking in from the user."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("ENGINE_") and k not in ("PYTHONPATH", "PYTHONHOME")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("ENGINE_") and k not in ("PYTHONPATH", "PYTHONHOME")
+    }
     env["PYTHONPATH"] = str(worktree)
     env["PYTHONPYCACHEPREFIX"] = str(cache / "pycache")  # keep the worktree clean
     if backend in GPU_BACKENDS:
@@ -114,8 +147,11 @@ def engine_args(c: dict[str, Any]) -> list[str]:
         args += ["--drafter", str(c["drafter"])]
         if c.get("draft_tokens"):
             args += ["--draft-tokens", str(c["draft_tokens"])]
-    for key, flag in (("context", "--context"), ("page_rows", "--page-rows"),
-                      ("step_rows", "--step-rows")):
+    for key, flag in (
+        ("context", "--context"),
+        ("page_rows", "--page-rows"),
+        ("step_rows", "--step-rows"),
+    ):
         if c.get(key):
             args += [flag, str(c[key])]
     if c.get("serial"):
@@ -125,6 +161,7 @@ def engine_args(c: dict[str, Any]) -> list[str]:
 
 def missing(caps: dict[str, Any], c: dict[str, Any]) -> str | None:
     """Why an engine with ``caps`` cannot run config ``c`` (None: it can)."""
+
     def listed(key: str, value: Any) -> bool:
         vals = caps.get(key)
         return isinstance(vals, list) and value in vals
@@ -165,30 +202,54 @@ class ArmJob:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def run_arm(job: ArmJob, live: set[subprocess.Popen] | None = None,
-            device: str | None = None) -> dict[str, Any]:
+def run_arm(
+    job: ArmJob, live: set[subprocess.Popen] | None = None, device: str | None = None
+) -> dict[str, Any]:
     """Run one arm; never raises for an engine failure (the result says "crashed")."""
     wd = job.workdir
     shutil.rmtree(wd, ignore_errors=True)
     wd.mkdir(parents=True)
-    req, out, met, err = wd / "requests.jsonl", wd / "out.jsonl", wd / "metrics.json", \
-        wd / "stderr.txt"
+    req, out, met, err = (
+        wd / "requests.jsonl",
+        wd / "out.jsonl",
+        wd / "metrics.json",
+        wd / "stderr.txt",
+    )
     req.write_bytes(job.requests)
-    argv = [sys.executable, "-m", "engine", "run", "--model", str(job.model),
-            "--requests", str(req), "--out", str(out), "--metrics", str(met),
-            *engine_args(job.config)]
+    argv = [
+        sys.executable,
+        "-m",
+        "engine",
+        "run",
+        "--model",
+        str(job.model),
+        "--requests",
+        str(req),
+        "--out",
+        str(out),
+        "--metrics",
+        str(met),
+        *engine_args(job.config),
+    ]
     env = dict(job.env)
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = device
     t0 = time.monotonic()
     with open(err, "w") as ef:
-        code, _, _ = _run(argv, job.worktree, env, job.timeout, stdout=subprocess.DEVNULL,
-                          stderr=ef, live=live)
+        code, _, _ = _run(
+            argv, job.worktree, env, job.timeout, stdout=subprocess.DEVNULL, stderr=ef, live=live
+        )
     wall = time.monotonic() - t0
     stderr = err.read_text(errors="replace")
     shown = " ".join(a if " " not in a else repr(a) for a in ["python", *argv[1:]])
-    result: dict[str, Any] = {"status": "crashed", "exit_code": code, "wall_s": round(wall, 3),
-                              "argv": shown, "stderr_tail": tail(stderr), "device": device}
+    result: dict[str, Any] = {
+        "status": "crashed",
+        "exit_code": code,
+        "wall_s": round(wall, 3),
+        "argv": shown,
+        "stderr_tail": tail(stderr),
+        "device": device,
+    }
     if code is None:
         result["reason"] = f"timed out after {job.timeout:.0f}s"
         return result
@@ -204,13 +265,18 @@ def run_arm(job: ArmJob, live: set[subprocess.Popen] | None = None,
     want = [json.loads(ln)["id"] for ln in job.requests.decode().splitlines()]
     got = [r.get("id") for r in replies if isinstance(r, dict)]
     if sorted(got) != sorted(want):
-        result["reason"] = (f"engine exited 0 but replied to {len(got)} of {len(want)} "
-                            "requests" if set(got) <= set(want) else
-                            "engine exited 0 but its reply ids differ from the request ids")
+        result["reason"] = (
+            f"engine exited 0 but replied to {len(got)} of {len(want)} requests"
+            if set(got) <= set(want)
+            else "engine exited 0 but its reply ids differ from the request ids"
+        )
         return result
-    result.update(status="ok", reason="",
-                  replies=[{k: r[k] for k in REPLY_KEYS if k in r} for r in replies],
-                  metrics=metrics if isinstance(metrics, dict) else None)
+    result.update(
+        status="ok",
+        reason="",
+        replies=[{k: r[k] for k in REPLY_KEYS if k in r} for r in replies],
+        metrics=metrics if isinstance(metrics, dict) else None,
+    )
     shutil.rmtree(wd, ignore_errors=True)
     return result
 
@@ -230,10 +296,12 @@ class Progress:
             self.done += 1
             self.crashed += result.get("status") != "ok"
             state = "ok" if result.get("status") == "ok" else "CRASHED"
-            line = (f"[gates] arms {self.done}/{self.total} done, {self.total - self.done} left"
-                    f" ({self.cached} cached, {self.crashed} crashed, "
-                    f"{time.monotonic() - self.t0:.0f}s) · {label}: {state} "
-                    f"{result.get('wall_s', 0):.1f}s")
+            line = (
+                f"[gates] arms {self.done}/{self.total} done, {self.total - self.done} left"
+                f" ({self.cached} cached, {self.crashed} crashed, "
+                f"{time.monotonic() - self.t0:.0f}s) · {label}: {state} "
+                f"{result.get('wall_s', 0):.1f}s"
+            )
             if self.tty:
                 self.stream.write("\r\033[K" + line)
                 if self.done == self.total:
@@ -243,8 +311,13 @@ class Progress:
             self.stream.flush()
 
 
-def run_all(jobs: list[ArmJob], workers: int, on_done: Callable[[ArmJob, dict], None],
-            progress: Progress | None = None, devices: list[str] | None = None) -> None:
+def run_all(
+    jobs: list[ArmJob],
+    workers: int,
+    on_done: Callable[[ArmJob, dict], None],
+    progress: Progress | None = None,
+    devices: list[str] | None = None,
+) -> None:
     """Run jobs in a pool; ``on_done`` is called (in a worker thread) as each one ends."""
     if not jobs:
         return
@@ -262,8 +335,13 @@ def run_all(jobs: list[ArmJob], workers: int, on_done: Callable[[ArmJob, dict], 
             try:
                 result = run_arm(job, live, device)
             except Exception as e:  # noqa: BLE001 - a harness error must not lose other arms
-                result = {"status": "crashed", "exit_code": None, "wall_s": 0.0,
-                          "reason": f"could not start the arm: {e!r}", "stderr_tail": ""}
+                result = {
+                    "status": "crashed",
+                    "exit_code": None,
+                    "wall_s": 0.0,
+                    "reason": f"could not start the arm: {e!r}",
+                    "stderr_tail": "",
+                }
             on_done(job, result)
             if progress:
                 progress.update(job.label, result)

@@ -55,18 +55,25 @@ TOP_KEYS = {"name", "description", "axes", "gates", "speed", *AXES, *SCALARS}
 SIDES = ("base", "head")
 GATE_KINDS = ("across_commits", "within_commit", "resumed", "resource")
 RESOURCE_LIMITS = ("pages_in_use", "unplanned_allocations")
-SPEED_KEYS = {"runs": int, "parallel": list, "max_ratio_drop": float, "prompt_tokens": int,
-              "gen_tokens": int, "repeats": int, "timeout": int}
+SPEED_KEYS = {
+    "runs": int,
+    "parallel": list,
+    "max_ratio_drop": float,
+    "prompt_tokens": int,
+    "gen_tokens": int,
+    "repeats": int,
+    "timeout": int,
+}
 
 
 @dataclass(frozen=True)
 class Gate:
     name: str
-    kind: str                       # one of GATE_KINDS
-    where: dict[str, Any]           # axis -> allowed values (a list)
-    sides: tuple[str, ...]          # which commits the rule runs on
-    vary: str | None = None         # within_commit: the axis that varies
-    reference: Any = None           # within_commit: its reference value ("serial" for parallel)
+    kind: str  # one of GATE_KINDS
+    where: dict[str, Any]  # axis -> allowed values (a list)
+    sides: tuple[str, ...]  # which commits the rule runs on
+    vary: str | None = None  # within_commit: the axis that varies
+    reference: Any = None  # within_commit: its reference value ("serial" for parallel)
     values: tuple[Any, ...] | None = None  # within_commit: values to try (default: the axis)
     limits: dict[str, int] = field(default_factory=dict)  # resource: metric -> max allowed
 
@@ -75,7 +82,7 @@ class Gate:
 class Matrix:
     path: Path
     name: str
-    axes: dict[str, list[Any]]      # every axis in AXES, normalised, at least one value
+    axes: dict[str, list[Any]]  # every axis in AXES, normalised, at least one value
     scalars: dict[str, Any]
     gates: list[Gate]
     speed: dict[str, Any] | None
@@ -84,8 +91,10 @@ class Matrix:
     def points(self) -> list[dict[str, Any]]:
         """The cartesian product of the axes, as dicts."""
         names = list(AXES)
-        return [dict(zip(names, combo, strict=True))
-                for combo in itertools.product(*(self.axes[n] for n in names))]
+        return [
+            dict(zip(names, combo, strict=True))
+            for combo in itertools.product(*(self.axes[n] for n in names))
+        ]
 
 
 def _fail(path: Path, key: str, expected: str, got: Any) -> BadInput:
@@ -107,8 +116,7 @@ def _norm_value(path: Path, key: str, axis: str, value: Any) -> Any:
         if value is None:
             return {}
         if not isinstance(value, dict):
-            raise _fail(path, key, "a mapping of ENGINE_* variables to values ({} = unset)",
-                        value)
+            raise _fail(path, key, "a mapping of ENGINE_* variables to values ({} = unset)", value)
         out = {}
         for k, v in value.items():
             if not isinstance(k, str) or not k.startswith("ENGINE_"):
@@ -173,8 +181,7 @@ def _gate(path: Path, i: int, raw: Any) -> Gate:
         bad = sorted(extra)[0]
         raise _fail(path, f"{key}.{bad}", f"one of name, where, {', '.join(GATE_KINDS)}", bad)
     if len(kinds) != 1:
-        raise _fail(path, key, f"exactly one rule kind of {', '.join(GATE_KINDS)}",
-                    sorted(raw))
+        raise _fail(path, key, f"exactly one rule kind of {', '.join(GATE_KINDS)}", sorted(raw))
     kind = kinds[0]
     body = raw[kind] if raw[kind] is not None else {}
     if not isinstance(body, dict):
@@ -185,9 +192,11 @@ def _gate(path: Path, i: int, raw: Any) -> Gate:
         # The body is a filter, as in `across_commits: {paging: on}`.
         where = {**where, **_where(path, bkey, body)}
         return Gate(name, kind, where, SIDES)
-    allowed = {"within_commit": {"vary", "reference", "values", "commits"},
-               "resumed": {"commits"},
-               "resource": {"commits", *RESOURCE_LIMITS}}[kind]
+    allowed = {
+        "within_commit": {"vary", "reference", "values", "commits"},
+        "resumed": {"commits"},
+        "resource": {"commits", *RESOURCE_LIMITS},
+    }[kind]
     for k in body:
         if k not in allowed:
             raise _fail(path, f"{bkey}.{k}", f"one of {', '.join(sorted(allowed))}", k)
@@ -204,8 +213,9 @@ def _gate(path: Path, i: int, raw: Any) -> Gate:
         return Gate(name, kind, where, sides, limits=limits)
     vary = body.get("vary")
     if vary not in ("kv", "parallel", "paging", "drafter", "flags", "backend"):
-        raise _fail(path, f"{bkey}.vary", "one of kv, parallel, paging, drafter, flags, backend",
-                    vary)
+        raise _fail(
+            path, f"{bkey}.vary", "one of kv, parallel, paging, drafter, flags, backend", vary
+        )
     if "reference" not in body:
         raise _fail(path, f"{bkey}.reference", "the reference value of " + vary, None)
     ref = body["reference"]
@@ -224,8 +234,15 @@ def _speed(path: Path, raw: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(raw, dict):
         raise _fail(path, "speed", "a mapping", raw)
-    out: dict[str, Any] = {"runs": 5, "parallel": [1, 2, 4, 8], "max_ratio_drop": 0.05,
-                           "prompt_tokens": 128, "gen_tokens": 32, "repeats": 3, "timeout": 600}
+    out: dict[str, Any] = {
+        "runs": 5,
+        "parallel": [1, 2, 4, 8],
+        "max_ratio_drop": 0.05,
+        "prompt_tokens": 128,
+        "gen_tokens": 32,
+        "repeats": 3,
+        "timeout": 600,
+    }
     for k, v in raw.items():
         if k not in SPEED_KEYS:
             raise _fail(path, f"speed.{k}", f"one of {', '.join(SPEED_KEYS)}", k)
@@ -298,9 +315,15 @@ def load(path: str | Path) -> Matrix:
         if n in names[:i]:
             raise _fail(p, f"gates[{i}].name", "a name not used by another gate", n)
     desc = raw.get("description", "")
-    return Matrix(path=p, name=str(raw.get("name") or p.stem), axes=axes, scalars=scalars,
-                  gates=gates, speed=_speed(p, raw.get("speed")),
-                  description=str(desc) if desc else "")
+    return Matrix(
+        path=p,
+        name=str(raw.get("name") or p.stem),
+        axes=axes,
+        scalars=scalars,
+        gates=gates,
+        speed=_speed(p, raw.get("speed")),
+        description=str(desc) if desc else "",
+    )
 
 
 def column_axis(m: Matrix) -> str | None:

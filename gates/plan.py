@@ -34,9 +34,9 @@ class Arm:
 class Comparison:
     gate: str
     column: str
-    a: Arm              # the reference (base, plain, serial, cold, ...)
-    b: Arm              # the arm that must equal it
-    only_ids: list[str] | None = None   # compare only these request ids
+    a: Arm  # the reference (base, plain, serial, cold, ...)
+    b: Arm  # the arm that must equal it
+    only_ids: list[str] | None = None  # compare only these request ids
 
 
 @dataclass
@@ -88,8 +88,10 @@ def label(c: dict[str, Any], hide: frozenset[str] = frozenset()) -> str:
 
 
 def _config(m: Matrix, point: dict[str, Any], **variant: Any) -> dict[str, Any]:
-    c = {**point, **{k: v for k, v in m.scalars.items()
-                     if k not in ("timeout", "columns") and v is not None}}
+    c = {
+        **point,
+        **{k: v for k, v in m.scalars.items() if k not in ("timeout", "columns") and v is not None},
+    }
     c["serial"] = bool(variant.get("serial", False))
     c["resumed"] = bool(variant.get("resumed", False))
     if c["serial"]:
@@ -121,8 +123,7 @@ def build(m: Matrix, prompt_sets: dict[str, list[dict[str, Any]]]) -> Plan:
 
     ``prompt_sets`` maps each prompts axis value to its loaded prompt set.
     """
-    plan = Plan(hide=frozenset(a for a in ("model", "backend", "prompts")
-                               if len(m.axes[a]) == 1))
+    plan = Plan(hide=frozenset(a for a in ("model", "backend", "prompts") if len(m.axes[a]) == 1))
     resource_gates = []
     for gate in m.gates:
         points = _points(m, gate)
@@ -152,9 +153,14 @@ def build(m: Matrix, prompt_sets: dict[str, list[dict[str, Any]]]) -> Plan:
             resource_gates.append(gate)
             continue
         if len(plan.comparisons) == before:
-            plan.notes.append(f"{gate.name}: no matrix point matches this rule"
-                              + (" (no resumable two-turn requests in the prompt sets)"
-                                 if gate.kind == "resumed" else ""))
+            plan.notes.append(
+                f"{gate.name}: no matrix point matches this rule"
+                + (
+                    " (no resumable two-turn requests in the prompt sets)"
+                    if gate.kind == "resumed"
+                    else ""
+                )
+            )
     for gate in resource_gates:
         if not plan.arms:  # a matrix of resource gates only: run the points themselves
             for side in gate.sides:

@@ -60,8 +60,11 @@ def load(path: Path) -> list[dict[str, Any]]:
         if len(given) != 1:
             raise BadInput(f"{where}: expected exactly one of prompt, prompt_ids, messages")
         ids = obj.get("prompt_ids")
-        if ids is not None and (not isinstance(ids, list) or not ids
-                                or not all(isinstance(i, int) and i >= 0 for i in ids)):
+        if ids is not None and (
+            not isinstance(ids, list)
+            or not ids
+            or not all(isinstance(i, int) and i >= 0 for i in ids)
+        ):
             raise BadInput(f"{where}: prompt_ids: expected a non-empty list of token ids")
         rf = obj.get("resume_from")
         if rf is not None and (ids is None or not isinstance(rf, int) or not 0 < rf < len(ids)):
@@ -79,8 +82,10 @@ def turn1(req: dict[str, Any]) -> dict[str, Any] | None:
         first["prompt_ids"] = req["prompt_ids"][: req["resume_from"]]
     elif "messages" in req:
         msgs = req["messages"]
-        last = max((i for i, m in enumerate(msgs)
-                    if isinstance(m, dict) and m.get("role") == "assistant"), default=-1)
+        last = max(
+            (i for i, m in enumerate(msgs) if isinstance(m, dict) and m.get("role") == "assistant"),
+            default=-1,
+        )
         if last <= 0:
             return None
         first = {k: v for k, v in req.items() if k not in HARNESS_KEYS}
@@ -95,9 +100,11 @@ def resumable_ids(prompt_set: list[dict[str, Any]]) -> list[str]:
     return [r["id"] for r in prompt_set if turn1(r) is not None]
 
 
-def requests_for(prompt_set: list[dict[str, Any]], max_tokens: int,
-                 resumed: bool = False) -> list[dict[str, Any]]:
+def requests_for(
+    prompt_set: list[dict[str, Any]], max_tokens: int, resumed: bool = False
+) -> list[dict[str, Any]]:
     """The request lines of an arm. A resumed arm sends every first turn, then the set."""
+
     def engine_line(r: dict[str, Any]) -> dict[str, Any]:
         line = {k: v for k, v in r.items() if k not in HARNESS_KEYS}
         line.setdefault("max_tokens", max_tokens)

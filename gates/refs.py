@@ -28,20 +28,23 @@ from gates import BadInput
 WORKTREE = "WORKTREE"
 KEEP_WORKTREES = 12  # per repository; the least recently used beyond this are removed
 _SNAPSHOT_ENV = {
-    "GIT_AUTHOR_NAME": "gates", "GIT_AUTHOR_EMAIL": "gates@localhost",
-    "GIT_COMMITTER_NAME": "gates", "GIT_COMMITTER_EMAIL": "gates@localhost",
-    "GIT_AUTHOR_DATE": "@0 +0000", "GIT_COMMITTER_DATE": "@0 +0000",
+    "GIT_AUTHOR_NAME": "gates",
+    "GIT_AUTHOR_EMAIL": "gates@localhost",
+    "GIT_COMMITTER_NAME": "gates",
+    "GIT_COMMITTER_EMAIL": "gates@localhost",
+    "GIT_AUTHOR_DATE": "@0 +0000",
+    "GIT_COMMITTER_DATE": "@0 +0000",
 }
 
 
 @dataclass
 class Side:
-    name: str                 # "base" or "head"
-    ref: str                  # as the user gave it
+    name: str  # "base" or "head"
+    ref: str  # as the user gave it
     sha: str
     worktree: Path | None = None
-    engine_tree: str | None = None   # git tree hash of engine/ (None: no engine/)
-    snapshot_of: str | None = None   # for WORKTREE: the HEAD sha the snapshot sits on
+    engine_tree: str | None = None  # git tree hash of engine/ (None: no engine/)
+    snapshot_of: str | None = None  # for WORKTREE: the HEAD sha the snapshot sits on
     subject: str = ""
 
 

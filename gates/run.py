@@ -59,18 +59,22 @@ def workers(backend_set: set[str], jobs: int | None) -> tuple[int, list[str] | N
     """(pool size, GPU device list or None)."""
     if backend_set & set(GPU_BACKENDS):
         env = os.environ.get("CUDA_VISIBLE_DEVICES")
-        devices = [d for d in env.split(",") if d.strip()] if env else \
-            [str(i) for i in range(len(store.gpus()))]
+        devices = (
+            [d for d in env.split(",") if d.strip()]
+            if env
+            else [str(i) for i in range(len(store.gpus()))]
+        )
         if devices:
             return len(devices), devices
     return max(1, jobs or os.cpu_count() or 1), None
 
 
-def command_line(opts: Options, root: Path, mpath: Path, base: refs.Side,
-                 head: refs.Side) -> str:
+def command_line(opts: Options, root: Path, mpath: Path, base: refs.Side, head: refs.Side) -> str:
     head_ref = refs.WORKTREE if head.ref == refs.WORKTREE else head.sha[:12]
-    return (f"nox -s gates -- --base {base.sha[:12]} --head {head_ref} "
-            f"--matrix {shlex.quote(_rel(root, mpath))}")
+    return (
+        f"nox -s gates -- --base {base.sha[:12]} --head {head_ref} "
+        f"--matrix {shlex.quote(_rel(root, mpath))}"
+    )
 
 
 def run(opts: Options) -> int:
@@ -110,8 +114,7 @@ def run(opts: Options) -> int:
             st.put(ckey, {"caps": got})
 
     fixtures = {f"model:{n}": store.hash_dir(p) for n, p in models.items()}
-    fixtures.update({f"prompts:{n}": store.hash_file(prompts.resolve_path(root, n))
-                     for n in sets})
+    fixtures.update({f"prompts:{n}": store.hash_file(prompts.resolve_path(root, n)) for n in sets})
     results: dict[plan.Arm, dict[str, Any]] = {}
     arm_rows: dict[plan.Arm, dict[str, Any]] = {}
     jobs: list[ArmJob] = []
@@ -119,8 +122,13 @@ def run(opts: Options) -> int:
     timeout = float(m.scalars["timeout"])
     for arm in the_plan.arms:
         s, cfg = sides[arm.side], arm.config
-        row: dict[str, Any] = {"id": arm.id, "side": arm.side, "label": arm.name,
-                               "config": cfg, "cached": False}
+        row: dict[str, Any] = {
+            "id": arm.id,
+            "side": arm.side,
+            "label": arm.name,
+            "config": cfg,
+            "cached": False,
+        }
         arm_rows[arm] = row
         c, why = caps[arm.side]
         reason = f"{arm.side}: {why}" if c is None else missing(c, cfg)
@@ -133,10 +141,14 @@ def run(opts: Options) -> int:
         reqs = prompts.requests_for(sets[cfg["prompts"]], cfg["max_tokens"], cfg["resumed"])
         data = prompts.encode(reqs)
         env = base_env(s.worktree, cfg["backend"], cfg["flags"], cache)
-        key_env = {k: env[k] for k in sorted(env)
-                   if k.startswith("ENGINE_") or k == "OMP_NUM_THREADS"}
-        fx = {k: v for k, v in fixtures.items()
-              if k in (f"model:{cfg['model']}", f"prompts:{cfg['prompts']}")}
+        key_env = {
+            k: env[k] for k in sorted(env) if k.startswith("ENGINE_") or k == "OMP_NUM_THREADS"
+        }
+        fx = {
+            k: v
+            for k, v in fixtures.items()
+            if k in (f"model:{cfg['model']}", f"prompts:{cfg['prompts']}")
+        }
         key = store.arm_key(s.engine_tree or "", cfg, prompts.digest(data), fx, fp, key_env)
         row["key"] = key
         hit = st.get(key)
@@ -145,24 +157,39 @@ def run(opts: Options) -> int:
             row["cached"] = True
             continue
         if key not in pending:
-            jobs.append(ArmJob(key=key, label=arm.id, worktree=s.worktree, config=cfg,
-                               model=models[cfg["model"]], requests=data, timeout=timeout,
-                               workdir=cache / "runs" / key[:20], env=env))
+            jobs.append(
+                ArmJob(
+                    key=key,
+                    label=arm.id,
+                    worktree=s.worktree,
+                    config=cfg,
+                    model=models[cfg["model"]],
+                    requests=data,
+                    timeout=timeout,
+                    workdir=cache / "runs" / key[:20],
+                    env=env,
+                )
+            )
         pending.setdefault(key, []).append(arm)
 
     n_workers, devices = workers(set(m.axes["backend"]), opts.jobs)
     n_cached = sum(1 for r in arm_rows.values() if r["cached"])
     n_nc = sum(1 for r in arm_rows.values() if r.get("status") == "not_comparable")
     if not opts.quiet:
-        log(f"[gates] {sides['base'].sha[:10]}..{sides['head'].sha[:10]} · matrix {m.name}: "
+        log(
+            f"[gates] {sides['base'].sha[:10]}..{sides['head'].sha[:10]} · matrix {m.name}: "
             f"{len(the_plan.arms)} arms ({n_cached} cached, {n_nc} not comparable), "
             f"{len(jobs)} to run on "
-            f"{len(devices) if devices else n_workers} {'GPU' if devices else 'worker'}(s)")
+            f"{len(devices) if devices else n_workers} {'GPU' if devices else 'worker'}(s)"
+        )
     progress = None if opts.quiet else Progress(len(jobs), 0)
 
     def done(job: ArmJob, result: dict[str, Any]) -> None:
-        result = {**result, "harness": HARNESS_VERSION,
-                  "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+        result = {
+            **result,
+            "harness": HARNESS_VERSION,
+            "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        }
         if result.get("status") == "ok":
             st.put(job.key, result)  # at once: an interrupted run keeps it
         for arm in pending[job.key]:
@@ -173,13 +200,23 @@ def run(opts: Options) -> int:
         r = results.get(arm)
         if r is None:
             continue
-        row.update(status=r.get("status", "crashed"), reason=r.get("reason", ""),
-                   wall_s=r.get("wall_s"), metrics=r.get("metrics"), argv=r.get("argv"),
-                   stderr_tail=r.get("stderr_tail", "") if r.get("status") != "ok" else "",
-                   replies=[{"id": x["id"], "n": len(x.get("ids") or []),
-                             "token_sha": x.get("token_sha"),
-                             "finish_reason": x.get("finish_reason")}
-                            for x in r.get("replies", [])])
+        row.update(
+            status=r.get("status", "crashed"),
+            reason=r.get("reason", ""),
+            wall_s=r.get("wall_s"),
+            metrics=r.get("metrics"),
+            argv=r.get("argv"),
+            stderr_tail=r.get("stderr_tail", "") if r.get("status") != "ok" else "",
+            replies=[
+                {
+                    "id": x["id"],
+                    "n": len(x.get("ids") or []),
+                    "token_sha": x.get("token_sha"),
+                    "finish_reason": x.get("finish_reason"),
+                }
+                for x in r.get("replies", [])
+            ],
+        )
 
     decoders = {n: equality.make_decoder(p) for n, p in models.items()}
     gates_out = evaluate(m, the_plan, results, arm_rows, sets, decoders)
@@ -192,15 +229,26 @@ def run(opts: Options) -> int:
         "harness_version": HARNESS_VERSION,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "repo": str(root),
-        "base": _side_json(sides["base"]), "head": _side_json(sides["head"]),
+        "base": _side_json(sides["base"]),
+        "head": _side_json(sides["head"]),
         "merge_base": mb,
-        "machine": store.machine(), "fingerprint": fp,
-        "matrix": {"path": _rel(root, mpath), "name": m.name, "description": m.description,
-                   "arms": len(the_plan.arms), "cached": n_cached, "ran": len(jobs),
-                   "not_comparable": n_nc, "backend": m.axes["backend"],
-                   "model": m.axes["model"], "prompts": m.axes["prompts"],
-                   "columns": matrix.column_axis(m), "workers": n_workers,
-                   "devices": devices},
+        "machine": store.machine(),
+        "fingerprint": fp,
+        "matrix": {
+            "path": _rel(root, mpath),
+            "name": m.name,
+            "description": m.description,
+            "arms": len(the_plan.arms),
+            "cached": n_cached,
+            "ran": len(jobs),
+            "not_comparable": n_nc,
+            "backend": m.axes["backend"],
+            "model": m.axes["model"],
+            "prompts": m.axes["prompts"],
+            "columns": matrix.column_axis(m),
+            "workers": n_workers,
+            "devices": devices,
+        },
         "gates": gates_out,
         "notes": the_plan.notes,
         "speed": speed,
@@ -217,24 +265,39 @@ def run(opts: Options) -> int:
 
 
 def _side_json(s: refs.Side) -> dict[str, Any]:
-    return {"ref": s.ref, "sha": s.sha, "engine_tree": s.engine_tree,
-            "snapshot_of": s.snapshot_of, "subject": s.subject,
-            "worktree": str(s.worktree) if s.worktree else None}
+    return {
+        "ref": s.ref,
+        "sha": s.sha,
+        "engine_tree": s.engine_tree,
+        "snapshot_of": s.snapshot_of,
+        "subject": s.subject,
+        "worktree": str(s.worktree) if s.worktree else None,
+    }
 
 
-def _speed(m: matrix.Matrix, sides: dict[str, refs.Side], models: dict[str, Path],
-           cache: Path, quiet: bool) -> dict[str, Any]:
+def _speed(
+    m: matrix.Matrix, sides: dict[str, refs.Side], models: dict[str, Path], cache: Path, quiet: bool
+) -> dict[str, Any]:
     spec = m.speed
     assert spec is not None
     missing_side = [s.name for s in sides.values() if s.worktree is None]
     if missing_side:
-        return {"status": "not_comparable", "metrics": [],
-                "reason": f"{', '.join(missing_side)}: the commit has no engine/"}
+        return {
+            "status": "not_comparable",
+            "metrics": [],
+            "reason": f"{', '.join(missing_side)}: the commit has no engine/",
+        }
     model = models[m.axes["model"][0]]
     backend = m.axes["backend"][0]
     try:
-        return perf.run_speed({k: s.worktree for k, s in sides.items() if s.worktree},
-                              model, backend, spec, cache, None if quiet else log)
+        return perf.run_speed(
+            {k: s.worktree for k, s in sides.items() if s.worktree},
+            model,
+            backend,
+            spec,
+            cache,
+            None if quiet else log,
+        )
     except OSError as e:
         return {"status": "could_not_run", "metrics": [], "reason": str(e)}
 

@@ -34,8 +34,12 @@ def cpu_name() -> str:
         pass
     if platform.system() == "Darwin":
         try:
-            return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"],
-                                  capture_output=True, text=True, timeout=5).stdout.strip()
+            return subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             pass
     return platform.processor() or platform.machine()
@@ -45,12 +49,17 @@ def cpu_name() -> str:
 def gpus() -> list[str]:
     """NVIDIA GPU names, one per device (empty without nvidia-smi)."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.SubprocessError):
         return []
-    return [ln.strip() for ln in out.stdout.splitlines() if ln.strip()] if out.returncode == 0 \
-        else []
+    return (
+        [ln.strip() for ln in out.stdout.splitlines() if ln.strip()] if out.returncode == 0 else []
+    )
 
 
 @cache
@@ -97,11 +106,26 @@ def hash_dir(path: Path) -> str:
     return h.hexdigest()
 
 
-def arm_key(engine_tree: str, config: dict[str, Any], requests_sha: str,
-            fixtures: dict[str, str], machine_fp: str, env: dict[str, str]) -> str:
-    blob = json.dumps({"engine_tree": engine_tree, "config": config, "requests": requests_sha,
-                       "fixtures": fixtures, "harness": HARNESS_VERSION,
-                       "machine": machine_fp, "env": env}, sort_keys=True)
+def arm_key(
+    engine_tree: str,
+    config: dict[str, Any],
+    requests_sha: str,
+    fixtures: dict[str, str],
+    machine_fp: str,
+    env: dict[str, str],
+) -> str:
+    blob = json.dumps(
+        {
+            "engine_tree": engine_tree,
+            "config": config,
+            "requests": requests_sha,
+            "fixtures": fixtures,
+            "harness": HARNESS_VERSION,
+            "machine": machine_fp,
+            "env": env,
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 

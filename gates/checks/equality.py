@@ -6,8 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-WINDOW = 8          # tokens of each continuation shown from the first difference
-NEAR_TIE = 0.01     # a logit margin below this is called a near-tie
+WINDOW = 8  # tokens of each continuation shown from the first difference
+NEAR_TIE = 0.01  # a logit margin below this is called a near-tie
 
 Decoder = Callable[[list[int]], str]
 
@@ -19,6 +19,7 @@ def make_decoder(model_dir: Path) -> Decoder | None:
         return None
     try:
         from tokenizers import Tokenizer  # optional: receipts show ids without it
+
         tok = Tokenizer.from_file(str(path))
     except Exception:  # noqa: BLE001 - any failure here only costs the text column
         return None
@@ -28,6 +29,7 @@ def make_decoder(model_dir: Path) -> Decoder | None:
             return tok.decode(ids, skip_special_tokens=False)
         except Exception:  # noqa: BLE001
             return ""
+
     return decode
 
 
@@ -46,19 +48,30 @@ def _margin(reply: dict[str, Any], i: int) -> float | None:
     return None
 
 
-def _diff(rid: str, ra: dict[str, Any], rb: dict[str, Any], request: dict[str, Any] | None,
-          decode: Decoder | None) -> dict[str, Any]:
+def _diff(
+    rid: str,
+    ra: dict[str, Any],
+    rb: dict[str, Any],
+    request: dict[str, Any] | None,
+    decode: Decoder | None,
+) -> dict[str, Any]:
     a, b = list(ra.get("ids") or []), list(rb.get("ids") or [])
-    d: dict[str, Any] = {"id": rid, "prompt_tokens": ra.get("prompt_tokens"),
-                         "request": request, "a_len": len(a), "b_len": len(b),
-                         "a_finish": ra.get("finish_reason"), "b_finish": rb.get("finish_reason")}
+    d: dict[str, Any] = {
+        "id": rid,
+        "prompt_tokens": ra.get("prompt_tokens"),
+        "request": request,
+        "a_len": len(a),
+        "b_len": len(b),
+        "a_finish": ra.get("finish_reason"),
+        "b_finish": rb.get("finish_reason"),
+    }
     if (ra.get("finish_reason") == "error") != (rb.get("finish_reason") == "error"):
         d["error"] = {"a": ra.get("error"), "b": rb.get("error")}
     i = first_difference(a, b)
     d["index"] = i
     if i is None:  # same ids, so the difference is the error state alone
         return d
-    d["a_ids"], d["b_ids"] = a[i:i + WINDOW], b[i:i + WINDOW]
+    d["a_ids"], d["b_ids"] = a[i : i + WINDOW], b[i : i + WINDOW]
     d["a_margin"], d["b_margin"] = _margin(ra, i), _margin(rb, i)
     if decode is not None:
         d["a_text"], d["b_text"] = decode(d["a_ids"]), decode(d["b_ids"])
@@ -69,9 +82,13 @@ def _diff(rid: str, ra: dict[str, Any], rb: dict[str, Any], request: dict[str, A
     return d
 
 
-def compare(a: dict[str, Any], b: dict[str, Any], only_ids: list[str] | None = None,
-            requests: dict[str, dict[str, Any]] | None = None,
-            decode: Decoder | None = None) -> dict[str, Any]:
+def compare(
+    a: dict[str, Any],
+    b: dict[str, Any],
+    only_ids: list[str] | None = None,
+    requests: dict[str, dict[str, Any]] | None = None,
+    decode: Decoder | None = None,
+) -> dict[str, Any]:
     """Compare two arm results (``replies`` lists). ``a`` is the reference.
 
     Returns matched/total counts, the requests both arms failed (left out of the count) and
@@ -84,12 +101,14 @@ def compare(a: dict[str, Any], b: dict[str, Any], only_ids: list[str] | None = N
         x, y = ra[rid], rb.get(rid)
         if y is None:
             out["total"] += 1
-            out["diffs"].append({"id": rid, "missing": True, "index": None,
-                                 "request": (requests or {}).get(rid)})
+            out["diffs"].append(
+                {"id": rid, "missing": True, "index": None, "request": (requests or {}).get(rid)}
+            )
             continue
         if x.get("finish_reason") == "error" and y.get("finish_reason") == "error":
-            out["skipped"].append({"id": rid, "reason": f"both arms replied error: "
-                                                        f"{x.get('error') or '?'}"})
+            out["skipped"].append(
+                {"id": rid, "reason": f"both arms replied error: {x.get('error') or '?'}"}
+            )
             continue
         out["total"] += 1
         same_ids = list(x.get("ids") or []) == list(y.get("ids") or [])

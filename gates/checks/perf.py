@@ -20,8 +20,7 @@ from typing import Any
 from gates.execute import _run, base_env, has_engine, tail
 
 # two-sided 95% t quantiles by degrees of freedom (1..10); larger use 1.96
-T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26,
-       10: 2.23}
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
 
 
 def rates(obj: Any, prefix: str = "") -> dict[str, float]:
@@ -36,21 +35,36 @@ def rates(obj: Any, prefix: str = "") -> dict[str, float]:
             out.update(rates(v, f"{prefix}[{key}]"))
     elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
         low = prefix.lower()
-        if any(s in low for s in ("tok_s", "tok/s", "tokens_per_s", "per_s", "tps")) \
-                and obj > 0:
+        if any(s in low for s in ("tok_s", "tok/s", "tokens_per_s", "per_s", "tps")) and obj > 0:
             out[prefix] = float(obj)
     return out
 
 
 def bench_argv(model: Path, backend: str, spec: dict[str, Any]) -> list[str]:
-    return [sys.executable, "-m", "engine", "bench", "--json", "--model", str(model),
-            "--backend", backend, "--parallel", ",".join(map(str, spec["parallel"])),
-            "--prompt-tokens", str(spec["prompt_tokens"]), "--gen-tokens", str(spec["gen_tokens"]),
-            "--repeats", str(spec["repeats"])]
+    return [
+        sys.executable,
+        "-m",
+        "engine",
+        "bench",
+        "--json",
+        "--model",
+        str(model),
+        "--backend",
+        backend,
+        "--parallel",
+        ",".join(map(str, spec["parallel"])),
+        "--prompt-tokens",
+        str(spec["prompt_tokens"]),
+        "--gen-tokens",
+        str(spec["gen_tokens"]),
+        "--repeats",
+        str(spec["repeats"]),
+    ]
 
 
-def bench_once(worktree: Path, argv: list[str], cache: Path, backend: str,
-               timeout: float) -> tuple[dict[str, float] | None, str]:
+def bench_once(
+    worktree: Path, argv: list[str], cache: Path, backend: str, timeout: float
+) -> tuple[dict[str, float] | None, str]:
     if not has_engine(worktree):
         return None, "the commit has no engine"
     env = base_env(worktree, backend, {}, cache)
@@ -97,8 +111,14 @@ def verdict(lo: float, hi: float, ratio: float, max_drop: float) -> str:
     return "flat"
 
 
-def run_speed(sides: dict[str, Path], model: Path, backend: str, spec: dict[str, Any],
-              cache: Path, log: Any = None) -> dict[str, Any]:
+def run_speed(
+    sides: dict[str, Path],
+    model: Path,
+    backend: str,
+    spec: dict[str, Any],
+    cache: Path,
+    log: Any = None,
+) -> dict[str, Any]:
     """Alternate bench runs of base and head; return per-metric ratio, interval, verdict."""
     samples: dict[str, list[dict[str, float]]] = {"base": [], "head": []}
     for r in range(spec["runs"]):
@@ -112,15 +132,26 @@ def run_speed(sides: dict[str, Path], model: Path, backend: str, spec: dict[str,
                 log(f"[gates] speed run {r + 1}/{spec['runs']} {side} done")
     names = sorted(set.intersection(*(set(s) for s in samples["base"] + samples["head"])))
     if not names:
-        return {"status": "not_comparable", "reason": "base and head bench report no common "
-                                                      "metric", "metrics": []}
+        return {
+            "status": "not_comparable",
+            "reason": "base and head bench report no common metric",
+            "metrics": [],
+        }
     rows = []
     for name in names:
         b = [s[name] for s in samples["base"]]
         h = [s[name] for s in samples["head"]]
         ratio, lo, hi = ratio_ci(b, h)
-        rows.append({"metric": name, "base": statistics.fmean(b), "head": statistics.fmean(h),
-                     "ratio": ratio, "lo": lo, "hi": hi,
-                     "verdict": verdict(lo, hi, ratio, spec["max_ratio_drop"])})
+        rows.append(
+            {
+                "metric": name,
+                "base": statistics.fmean(b),
+                "head": statistics.fmean(h),
+                "ratio": ratio,
+                "lo": lo,
+                "hi": hi,
+                "verdict": verdict(lo, hi, ratio, spec["max_ratio_drop"]),
+            }
+        )
     status = "fail" if any(r["verdict"] == "slower" for r in rows) else "pass"
     return {"status": status, "reason": "", "metrics": rows, "runs": spec["runs"]}

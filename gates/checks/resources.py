@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-LABELS = {"pages_in_use": "pages in use at idle",
-          "unplanned_allocations": "unplanned allocations"}
+LABELS = {"pages_in_use": "pages in use at idle", "unplanned_allocations": "unplanned allocations"}
 
 
 def check(result: dict[str, Any], limits: dict[str, int]) -> dict[str, Any]:
@@ -24,6 +23,9 @@ def check(result: dict[str, Any], limits: dict[str, int]) -> dict[str, Any]:
     if problems:
         return {"ok": False, "values": values, "problems": problems}
     if missing:
-        return {"ok": None, "values": values,
-                "problems": [f"the engine reports no {', '.join(missing)} in --metrics"]}
+        return {
+            "ok": None,
+            "values": values,
+            "problems": [f"the engine reports no {', '.join(missing)} in --metrics"],
+        }
     return {"ok": True, "values": values, "problems": []}

@@ -36,8 +36,10 @@ def verdict(man: dict[str, Any]) -> tuple[str, int]:
     crashed = [a for a in man["arms"] if a.get("status") == "crashed"]
     nc = [a for a in man["arms"] if a.get("status") == "not_comparable"]
     if failed:
-        return f"❌ {len(failed)} gate{'s' * (len(failed) > 1)} failed: " \
-               f"{', '.join(failed)}", EXIT_GATE_FAILED
+        return (
+            f"❌ {len(failed)} gate{'s' * (len(failed) > 1)} failed: {', '.join(failed)}",
+            EXIT_GATE_FAILED,
+        )
     if crashed or speed.get("status") == "could_not_run":
         n = len(crashed)
         return f"⚠️ could not run: {n} arm{'s' * (n != 1)} crashed or timed out", EXIT_ARM_FAILED
@@ -79,13 +81,19 @@ def failure_lines(man: dict[str, Any]) -> list[dict[str, Any]]:
         if not failing:
             continue
         e = failing[0]
-        rec = {"gate": g["name"], "where": e.get("b") or e.get("arm"),
-               "a_name": e.get("a_name"), "b_name": e.get("b_name"),
-               "count": f"{e['matched']}/{e['total']}" if "a_name" in e else "",
-               "reason": e.get("reason", ""),
-               "diffs": [_diff_line(d, e["a_name"], e["b_name"])
-                         for d in e.get("diffs", [])[:DIFFS_SHOWN]],
-               "more": max(0, e.get("n_diffs", 0) - DIFFS_SHOWN), "others": []}
+        rec = {
+            "gate": g["name"],
+            "where": e.get("b") or e.get("arm"),
+            "a_name": e.get("a_name"),
+            "b_name": e.get("b_name"),
+            "count": f"{e['matched']}/{e['total']}" if "a_name" in e else "",
+            "reason": e.get("reason", ""),
+            "diffs": [
+                _diff_line(d, e["a_name"], e["b_name"]) for d in e.get("diffs", [])[:DIFFS_SHOWN]
+            ],
+            "more": max(0, e.get("n_diffs", 0) - DIFFS_SHOWN),
+            "others": [],
+        }
         for o in failing[1:]:
             where = o.get("b") or o.get("arm")
             if "a_name" not in o:
@@ -94,7 +102,8 @@ def failure_lines(man: dict[str, Any]) -> list[dict[str, Any]]:
             d = (o.get("diffs") or [{}])[0]
             rec["others"].append(
                 f"`{where}` ({o['a_name']} vs {o['b_name']}) {o['matched']}/{o['total']}; "
-                f"first: `{d.get('id')}` from index {d.get('index')}")
+                f"first: `{d.get('id')}` from index {d.get('index')}"
+            )
         out.append(rec)
     return out
 
@@ -114,20 +123,29 @@ def _diff_line(d: dict[str, Any], an: str, bn: str) -> str:
     def txt(key: str) -> str:
         t = d.get(key)
         return json.dumps(t, ensure_ascii=False) if t is not None else "(no text)"
+
     whole = " (whole replies)" if d.get("text_is_whole_reply") else ""
     margin = ""
     if d.get("a_margin") is not None or d.get("b_margin") is not None:
+
         def m(v: float | None) -> str:
             return "?" if v is None else f"{v:.4g}"
-        margin = (f"; margin at {i}: {an} {m(d.get('a_margin'))}, {bn} {m(d.get('b_margin'))}"
-                  f" ({describe_margin(d.get('a_margin'), d.get('b_margin'))})")
+
+        margin = (
+            f"; margin at {i}: {an} {m(d.get('a_margin'))}, {bn} {m(d.get('b_margin'))}"
+            f" ({describe_margin(d.get('a_margin'), d.get('b_margin'))})"
+        )
     lens = ""
     if d.get("a_len") != d.get("b_len"):
-        lens = (f"; lengths {an} {d.get('a_len')} ({d.get('a_finish')}), "
-                f"{bn} {d.get('b_len')} ({d.get('b_finish')})")
-    return (f"{head}: tokens differ from index {i} — {an} {txt('a_text')} "
-            f"{_fmt_ids(d.get('a_ids'))}, {bn} {txt('b_text')} {_fmt_ids(d.get('b_ids'))}"
-            f"{whole}{margin}{lens}")
+        lens = (
+            f"; lengths {an} {d.get('a_len')} ({d.get('a_finish')}), "
+            f"{bn} {d.get('b_len')} ({d.get('b_finish')})"
+        )
+    return (
+        f"{head}: tokens differ from index {i} — {an} {txt('a_text')} "
+        f"{_fmt_ids(d.get('a_ids'))}, {bn} {txt('b_text')} {_fmt_ids(d.get('b_ids'))}"
+        f"{whole}{margin}{lens}"
+    )
 
 
 def gate_table(man: dict[str, Any]) -> str:
@@ -152,15 +170,21 @@ def entries_table(man: dict[str, Any]) -> str:
     rows = []
     for g in man["gates"]:
         for e in g["entries"]:
-            what = (f"{e['a_name']} vs {e['b_name']}" if "a_name" in e else "metrics")
+            what = f"{e['a_name']} vs {e['b_name']}" if "a_name" in e else "metrics"
             arm = e.get("b") or e.get("arm")
             res = f"{e['matched']}/{e['total']}" if e["status"] in ("pass", "fail") else ""
             if "values" in e and e["values"]:
                 res = ", ".join(f"{k} {v}" for k, v in e["values"].items())
-            rows.append([g["name"], arm, what, f"{ICON.get(e['status'], '')} {res}".strip(),
-                         e.get("reason", "")])
-    return tabulate(rows, headers=["gate", "arm", "compared", "result", "note"],
-                    tablefmt="github")
+            rows.append(
+                [
+                    g["name"],
+                    arm,
+                    what,
+                    f"{ICON.get(e['status'], '')} {res}".strip(),
+                    e.get("reason", ""),
+                ]
+            )
+    return tabulate(rows, headers=["gate", "arm", "compared", "result", "note"], tablefmt="github")
 
 
 def arms_table(man: dict[str, Any]) -> str:
@@ -168,14 +192,32 @@ def arms_table(man: dict[str, Any]) -> str:
     for a in man["arms"]:
         met = a.get("metrics") or {}
         toks = sum(r.get("n", 0) for r in a.get("replies", []))
-        rows.append([a["id"], a.get("status", "?") + (" (cached)" if a.get("cached") else ""),
-                     "" if a.get("wall_s") is None else f"{a['wall_s']:.1f}",
-                     len(a.get("replies", [])) or "", toks or "",
-                     met.get("pages_in_use", ""), met.get("unplanned_allocations", ""),
-                     met.get("cached_pages", "")])
-    return tabulate(rows, headers=["arm", "status", "wall s", "replies", "tokens",
-                                   "pages in use", "unplanned", "cached pages"],
-                    tablefmt="github")
+        rows.append(
+            [
+                a["id"],
+                a.get("status", "?") + (" (cached)" if a.get("cached") else ""),
+                "" if a.get("wall_s") is None else f"{a['wall_s']:.1f}",
+                len(a.get("replies", [])) or "",
+                toks or "",
+                met.get("pages_in_use", ""),
+                met.get("unplanned_allocations", ""),
+                met.get("cached_pages", ""),
+            ]
+        )
+    return tabulate(
+        rows,
+        headers=[
+            "arm",
+            "status",
+            "wall s",
+            "replies",
+            "tokens",
+            "pages in use",
+            "unplanned",
+            "cached pages",
+        ],
+        tablefmt="github",
+    )
 
 
 def speed_table(speed: dict[str, Any] | None) -> str:
@@ -184,10 +226,21 @@ def speed_table(speed: dict[str, Any] | None) -> str:
     rows = []
     for r in speed["metrics"]:
         ci = "—" if math.isnan(r["lo"]) else f"{r['lo']:.3f}–{r['hi']:.3f}"
-        rows.append([pretty(r["metric"]), f"{r['base']:.1f}", f"{r['head']:.1f}",
-                     f"{r['ratio']:.3f}", ci, r["verdict"]])
-    return tabulate(rows, headers=["metric (tok/s)", "base", "head", "head/base", "95% CI",
-                                   "verdict"], tablefmt="github")
+        rows.append(
+            [
+                pretty(r["metric"]),
+                f"{r['base']:.1f}",
+                f"{r['head']:.1f}",
+                f"{r['ratio']:.3f}",
+                ci,
+                r["verdict"],
+            ]
+        )
+    return tabulate(
+        rows,
+        headers=["metric (tok/s)", "base", "head", "head/base", "95% CI", "verdict"],
+        tablefmt="github",
+    )
 
 
 def skipped(man: dict[str, Any]) -> list[str]:
@@ -196,15 +249,20 @@ def skipped(man: dict[str, Any]) -> list[str]:
     for a in man["arms"]:
         if a.get("status") == "not_comparable":
             groups.setdefault(a.get("reason", ""), []).append(a["id"])
-    out = [f"not comparable: {why} ({len(ids)} arm{'s' * (len(ids) > 1)}, e.g. {ids[0]})"
-           for why, ids in groups.items()]
+    out = [
+        f"not comparable: {why} ({len(ids)} arm{'s' * (len(ids) > 1)}, e.g. {ids[0]})"
+        for why, ids in groups.items()
+    ]
     out += [f"skipped: {n}" for n in man.get("notes", [])]
     for g in man["gates"]:
         for e in g["entries"]:
             for s in e.get("skipped", []):
                 out.append(f"left out of {g['name']}: request `{s['id']}` — {s['reason']}")
-            if e["status"] == "not_comparable" and g["kind"] == "resource" \
-                    and e["reason"].startswith("the engine reports no"):
+            if (
+                e["status"] == "not_comparable"
+                and g["kind"] == "resource"
+                and e["reason"].startswith("the engine reports no")
+            ):
                 out.append(f"{g['name']}: {e['arm']}: {e['reason']}")
     sp = man.get("speed")
     if sp and sp.get("status") == "not_comparable":
@@ -228,9 +286,13 @@ def machine_line(man: dict[str, Any]) -> str:
 
 
 def _env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
-                             keep_trailing_newline=True, trim_blocks=True,
-                             lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
     env.filters["short"] = lambda s: (s or "")[:10]
     env.filters["duration"] = _duration
     return env
@@ -242,11 +304,21 @@ def _duration(s: float) -> str:
 
 
 def markdown(man: dict[str, Any]) -> str:
-    return _env().get_template("receipt.md.j2").render(
-        m=man, gate_table=gate_table(man), failures=failure_lines(man), crashed=crashed(man),
-        skipped=skipped(man),
-        speed_table=speed_table(man.get("speed")), entries_table=entries_table(man),
-        arms_table=arms_table(man), machine=machine_line(man))
+    return (
+        _env()
+        .get_template("receipt.md.j2")
+        .render(
+            m=man,
+            gate_table=gate_table(man),
+            failures=failure_lines(man),
+            crashed=crashed(man),
+            skipped=skipped(man),
+            speed_table=speed_table(man.get("speed")),
+            entries_table=entries_table(man),
+            arms_table=arms_table(man),
+            machine=machine_line(man),
+        )
+    )
 
 
 def file_stem(man: dict[str, Any]) -> str:
@@ -269,15 +341,20 @@ def write(man: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
 
 
 def summary(man: dict[str, Any], md_path: Path | None = None) -> str:
-    lines = [f"Gates: {man['verdict']} — head {man['head']['sha'][:10]} against base "
-             f"{man['base']['sha'][:10]} (exit {man['exit_code']})"]
+    lines = [
+        f"Gates: {man['verdict']} — head {man['head']['sha'][:10]} against base "
+        f"{man['base']['sha'][:10]} (exit {man['exit_code']})"
+    ]
     for g in man["gates"]:
-        lines.append(f"  {ICON.get(g['status'], '')} {g['name']}: {g['matched']}/{g['total']}"
-                     f" [{g['status']}]")
+        lines.append(
+            f"  {ICON.get(g['status'], '')} {g['name']}: {g['matched']}/{g['total']}"
+            f" [{g['status']}]"
+        )
     sp = man.get("speed")
     if sp:
-        lines.append(f"  speed: {sp['status']}" + (f" ({sp['reason']})" if sp.get("reason")
-                                                     else ""))
+        lines.append(
+            f"  speed: {sp['status']}" + (f" ({sp['reason']})" if sp.get("reason") else "")
+        )
     if md_path is not None:
         lines.append(f"receipt: {md_path}")
     return "\n".join(lines)

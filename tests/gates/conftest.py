@@ -13,13 +13,19 @@ import pytest
 STUB = Path(__file__).parent / "stub_engine" / "engine"
 
 PROMPTS = [
-    *({"id": f"len{n:03d}", "prompt_ids": [(7 * i + n) % 997 for i in range(n)]}
-      for n in (1, 15, 16, 17, 63, 64, 65, 129)),
+    *(
+        {"id": f"len{n:03d}", "prompt_ids": [(7 * i + n) % 997 for i in range(n)]}
+        for n in (1, 15, 16, 17, 63, 64, 65, 129)
+    ),
     {"id": "text1", "prompt": "The gate runner checks out two commits."},
-    {"id": "chat1", "messages": [
-        {"role": "user", "content": "Name a prime number larger than ten, please."},
-        {"role": "assistant", "content": "Eleven."},
-        {"role": "user", "content": "And the next one?"}]},
+    {
+        "id": "chat1",
+        "messages": [
+            {"role": "user", "content": "Name a prime number larger than ten, please."},
+            {"role": "assistant", "content": "Eleven."},
+            {"role": "user", "content": "And the next one?"},
+        ],
+    },
     {"id": "ids2turn", "prompt_ids": list(range(100, 140)), "resume_from": 24},
     *({"id": f"burst{i}", "prompt_ids": [i + 1, i + 2], "max_tokens": 1} for i in range(4)),
 ]
@@ -72,8 +78,9 @@ gates:
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 class StubRepo:
@@ -120,16 +127,36 @@ def stub_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StubRepo:
     return repo
 
 
-def run_gates(repo: StubRepo, *args: str, matrix: str = "matrices/small.yaml",
-              base: str = "main~1", head: str = "main") -> tuple[int, dict, str]:
+def run_gates(
+    repo: StubRepo,
+    *args: str,
+    matrix: str = "matrices/small.yaml",
+    base: str = "main~1",
+    head: str = "main",
+) -> tuple[int, dict, str]:
     """Run `python -m gates run` in-process; return (exit code, manifest, receipt text)."""
     from gates.__main__ import main
 
     out = repo.root / "receipts"
     for old in out.glob("*"):
         old.unlink()
-    code = main(["run", "--repo", str(repo.root), "--base", base, "--head", head,
-                 "--matrix", matrix, "--quiet", "--out", str(out), *args])
+    code = main(
+        [
+            "run",
+            "--repo",
+            str(repo.root),
+            "--base",
+            base,
+            "--head",
+            head,
+            "--matrix",
+            matrix,
+            "--quiet",
+            "--out",
+            str(out),
+            *args,
+        ]
+    )
     found = list(out.glob("*.json"))
     if not found:
         return code, {}, ""

@@ -4,6 +4,40 @@ from __future__ import annotations
 
 from conftest import gate, run_gates
 
+HEADER = "model: fixtures/models/stub\nprompts: t\nmax_tokens: 8\ntimeout: 60\n"
+BATCH = (
+    HEADER
+    + """
+axes: {parallel: [1, 4], paging: [off, on]}
+gates:
+  - {name: concurrent == solo, within_commit: {vary: parallel, reference: serial}}
+  - {name: paging == no paging, within_commit: {vary: paging, reference: off}}
+"""
+)
+DRAFT = (
+    HEADER
+    + """
+axes: {parallel: [4]}
+gates:
+  - {name: flags unset == main, across_commits: {}}
+  - {name: drafted == plain, within_commit: {vary: drafter, values: [noisy], reference: none}}
+"""
+)
+RESUME = (
+    HEADER
+    + """
+axes: {paging: [on]}
+gates:
+  - {name: flags unset == main, across_commits: {}}
+  - {name: resumed == fresh, resumed: {}}
+"""
+)
+
+
+def matrix(repo, name: str, text: str) -> str:
+    (repo.root / "matrices" / f"{name}.yaml").write_text(text)
+    return f"matrices/{name}.yaml"
+
 
 def test_head_that_changes_no_engine_file_passes_every_gate(stub_repo):
     (stub_repo.root / "README.md").write_text("docs only\n")
@@ -34,7 +68,7 @@ def test_changed_output_fails_flags_unset_and_names_first_divergence(stub_repo):
 
 def test_batch_variance_fails_concurrent_eq_solo(stub_repo):
     stub_repo.commit("batch bug", BATCH_BUG=True)
-    code, man, md = run_gates(stub_repo, matrix="matrices/t.yaml")
+    code, man, md = run_gates(stub_repo, matrix=matrix(stub_repo, "batch", BATCH))
     assert code == 1
     g = gate(man, "concurrent == solo")
     assert g["status"] == "fail"
@@ -59,7 +93,7 @@ def test_page_leak_fails_resource_gate(stub_repo):
 
 def test_drafter_bug_fails_drafted_eq_plain(stub_repo):
     stub_repo.commit("draft bug", DRAFT_BUG=True)
-    code, man, _ = run_gates(stub_repo, matrix="matrices/t.yaml")
+    code, man, _ = run_gates(stub_repo, matrix=matrix(stub_repo, "draft", DRAFT))
     assert code == 1
     assert gate(man, "drafted == plain")["status"] == "fail"
     assert gate(man, "flags unset == main")["status"] == "pass"
@@ -67,7 +101,7 @@ def test_drafter_bug_fails_drafted_eq_plain(stub_repo):
 
 def test_resume_bug_fails_resumed_eq_fresh(stub_repo):
     stub_repo.commit("resume bug", RESUME_BUG=True)
-    code, man, _ = run_gates(stub_repo, matrix="matrices/t.yaml")
+    code, man, _ = run_gates(stub_repo, matrix=matrix(stub_repo, "resume", RESUME))
     assert code == 1
     g = gate(man, "resumed == fresh")
     assert g["status"] == "fail"

@@ -12,19 +12,43 @@ from pathlib import Path
 from engine import knobs
 
 KV = ["bf16", "fp8", "f32"]
-FLAGS = ["--parallel", "--context", "--kv", "--kv-pages", "--page-rows", "--step-rows",
-         "--share", "--serial", "--metrics", "--backend", "--drafter", "--drafter-model",
-         "--draft-tokens", "--seed"]
+FLAGS = [
+    "--parallel",
+    "--context",
+    "--kv",
+    "--kv-pages",
+    "--page-rows",
+    "--step-rows",
+    "--share",
+    "--serial",
+    "--metrics",
+    "--backend",
+    "--drafter",
+    "--drafter-model",
+    "--draft-tokens",
+    "--seed",
+]
 
 
 def capabilities() -> int:
     if knobs.FAIL_CAPABILITIES:
         print("capabilities: broken", file=sys.stderr)
         return 3
-    print(json.dumps({"contract": 1, "backends": ["numpy", "fake"],
-                      "kv": [k for k in KV if k not in knobs.NO_KV],
-                      "drafters": ["none", "oracle", "noisy"], "paging": True, "serial": True,
-                      "kinds": ["complete"], "flags": FLAGS, "env_flags": ["ENGINE_SALT"]}))
+    print(
+        json.dumps(
+            {
+                "contract": 1,
+                "backends": ["numpy", "fake"],
+                "kv": [k for k in KV if k not in knobs.NO_KV],
+                "drafters": ["none", "oracle", "noisy"],
+                "paging": True,
+                "serial": True,
+                "kinds": ["complete"],
+                "flags": FLAGS,
+                "env_flags": ["ENGINE_SALT"],
+            }
+        )
+    )
     return 0
 
 
@@ -44,6 +68,7 @@ def tokenize(req: dict, vocab: int) -> list[int]:
 
 def run(a: argparse.Namespace) -> int:
     import os
+
     cfg = json.loads((Path(a.model) / "config.json").read_text())
     vocab = int(cfg.get("vocab_size", 1000))
     if knobs.CRASH_KV and a.kv == knobs.CRASH_KV:
@@ -68,7 +93,8 @@ def run(a: argparse.Namespace) -> int:
     for i, req in enumerate(reqs):
         prompt = tokenize(req, vocab)
         cached = a.kv_pages > 0 and any(
-            len(p) >= 16 and prompt[:len(p)] == p for p in seen_prompts)
+            len(p) >= 16 and prompt[: len(p)] == p for p in seen_prompts
+        )
         seen_prompts.append(prompt)
         hist = list(prompt)
         ids, margins = [], []
@@ -83,18 +109,38 @@ def run(a: argparse.Namespace) -> int:
             ids.append(t)
             margins.append((h("m", hist) % 1000) / 100)
             hist.append(t)
-        out.append({"id": req["id"], "ids": ids, "text": " ".join(f"t{t}" for t in ids),
-                    "token_sha": hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:12],
-                    "finish_reason": "length", "prompt_tokens": len(prompt),
-                    "margins": margins, "min_margin": min(margins) if margins else None,
-                    "drafted": 0, "accepted": 0})
+        out.append(
+            {
+                "id": req["id"],
+                "ids": ids,
+                "text": " ".join(f"t{t}" for t in ids),
+                "token_sha": hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:12],
+                "finish_reason": "length",
+                "prompt_tokens": len(prompt),
+                "margins": margins,
+                "min_margin": min(margins) if margins else None,
+                "drafted": 0,
+                "accepted": 0,
+            }
+        )
     Path(a.out).write_text("".join(json.dumps(r) + "\n" for r in out))
     if a.metrics:
-        Path(a.metrics).write_text(json.dumps({
-            "pages_in_use": knobs.LEAK_PAGES if a.kv_pages > 0 else 0,
-            "unplanned_allocations": 0, "cached_pages": 0, "wall_s": 0.01,
-            "prefill_tokens": 0, "decode_tokens": sum(len(r["ids"]) for r in out),
-            "rounds": 0, "steps": 0, "drafted": 0, "accepted": 0}))
+        Path(a.metrics).write_text(
+            json.dumps(
+                {
+                    "pages_in_use": knobs.LEAK_PAGES if a.kv_pages > 0 else 0,
+                    "unplanned_allocations": 0,
+                    "cached_pages": 0,
+                    "wall_s": 0.01,
+                    "prefill_tokens": 0,
+                    "decode_tokens": sum(len(r["ids"]) for r in out),
+                    "rounds": 0,
+                    "steps": 0,
+                    "drafted": 0,
+                    "accepted": 0,
+                }
+            )
+        )
     return 0
 
 
@@ -130,9 +176,16 @@ def main() -> int:
     if a.cmd == "capabilities":
         return capabilities()
     if a.cmd == "bench":
-        print(json.dumps({"sweep": [{"parallel": 1, "decode_tok_s": 100.0, "prefill_tok_s": 900.0},
-                                    {"parallel": 2, "decode_tok_s": 180.0,
-                                     "prefill_tok_s": 950.0}]}))
+        print(
+            json.dumps(
+                {
+                    "sweep": [
+                        {"parallel": 1, "decode_tok_s": 100.0, "prefill_tok_s": 900.0},
+                        {"parallel": 2, "decode_tok_s": 180.0, "prefill_tok_s": 950.0},
+                    ]
+                }
+            )
+        )
         return 0
     return run(a)
 

@@ -1,12 +1,12 @@
 """Bugs the gate runner's tests plant by editing this file in a commit."""
 
-OUTPUT_SALT = ""        # non-empty: every output changes (flags unset == main fails)
-BATCH_BUG = False       # True: concurrent runs (parallel > 1, not --serial) change tokens
-LEAK_PAGES = 0          # pages left in use at idle when paging is on
-DRAFT_BUG = False       # True: a drafter changes tokens
-RESUME_BUG = False      # True: a request whose prompt prefix is cached changes tokens
-CRASH_KV = ""           # a kv dtype on which `run` crashes (exit 3)
-HANG_KV = ""            # a kv dtype on which `run` hangs
-HANG_FILE = ""          # if set, HANG_KV hangs only while this file exists
-NO_KV = ()              # kv dtypes missing from capabilities
+OUTPUT_SALT = ""  # non-empty: every output changes (flags unset == main fails)
+BATCH_BUG = False  # True: concurrent runs (parallel > 1, not --serial) change tokens
+LEAK_PAGES = 0  # pages left in use at idle when paging is on
+DRAFT_BUG = False  # True: a drafter changes tokens
+RESUME_BUG = False  # True: a request whose prompt prefix is cached changes tokens
+CRASH_KV = ""  # a kv dtype on which `run` crashes (exit 3)
+HANG_KV = ""  # a kv dtype on which `run` hangs
+HANG_FILE = ""  # if set, HANG_KV hangs only while this file exists
+NO_KV = ()  # kv dtypes missing from capabilities
 FAIL_CAPABILITIES = False

@@ -1,0 +1,176 @@
+"""``python -m gates selftest``: can the harness still see a difference?
+
+On the bundled model, with the engine of one commit (HEAD by default):
+
+* positive control: the same arm run twice must give equal tokens for every request
+  (the harness invents no difference);
+* negative control: the same arm with planted changes must differ exactly where planted:
+  one request asks for one more token (it must differ at index max_tokens, and nowhere
+  else), and two requests get their last prompt token changed (at least one must differ).
+  No other request may differ.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gates import EXIT_ARM_FAILED, EXIT_GATE_FAILED, EXIT_OK, BadInput, prompts, refs
+from gates.checks import equality
+from gates.execute import ArmJob, base_env, capabilities, missing, run_arm
+from gates.matrix import AXIS_DEFAULTS
+
+
+def _plant(
+    reqs: list[dict[str, Any]], base: dict[str, Any], max_tokens: int
+) -> tuple[list[dict[str, Any]], str | None, list[str]]:
+    """Planted copies: (requests, the id asking one more token, ids with a changed prompt)."""
+    out = copy.deepcopy(reqs)
+    by_id = {r["id"]: r for r in base["replies"]}
+    full = [
+        r
+        for r in out
+        if by_id[r["id"]].get("finish_reason") == "length" and r.get("max_tokens", max_tokens) > 1
+    ]
+    longer = None
+    if full:
+        longer = full[0]["id"]
+        full[0]["max_tokens"] = full[0].get("max_tokens", max_tokens) + 1
+    changed = []
+    for r in out:
+        if len(changed) == 2:
+            break
+        if r["id"] == longer or r.get("max_tokens", max_tokens) < 2:
+            continue
+        if "prompt_ids" in r:
+            r["prompt_ids"][-1] = 3 + (r["prompt_ids"][-1] - 2) % 997
+        elif "prompt" in r:
+            r["prompt"] = r["prompt"] + " Then stop."
+        else:
+            continue
+        changed.append(r["id"])
+    return out, longer, changed
+
+
+def main(
+    repo_path: str,
+    model: str = "fixtures/models/tiny-qwen3",
+    backend: str = "numpy",
+    max_tokens: int = 8,
+    prompt_set: str = "quick",
+    ref: str = "HEAD",
+) -> int:
+    t0 = time.monotonic()
+    repo = refs.open_repo(repo_path)
+    root = refs.repo_root(repo)
+    model_dir = root / model if not Path(model).is_absolute() else Path(model)
+    if not model_dir.is_dir():
+        raise BadInput(f"selftest: model {model!r} is not a directory under {root}")
+    side = refs.side(repo, "head", ref)
+    if side.engine_tree is None:
+        raise BadInput(f"selftest: {ref} has no engine/")
+    worktree = refs.ensure_worktree(repo, side.sha)
+    cache = refs.cache_root()
+    caps, why = capabilities(worktree, cache)
+    config = {
+        **AXIS_DEFAULTS,
+        "model": model,
+        "backend": backend,
+        "prompts": prompt_set,
+        "parallel": 4,
+        "paging": "on",
+        "pages": 256,
+        "serial": False,
+        "resumed": False,
+        "max_tokens": max_tokens,
+    }
+    why = why or (missing(caps, config) if caps else "")
+    if why:
+        print(f"selftest: cannot run: {why}")
+        return EXIT_ARM_FAILED
+    reqs = prompts.requests_for(prompts.load(prompts.resolve_path(root, prompt_set)), max_tokens)
+
+    def run(tag: str, requests: list[dict[str, Any]]) -> dict[str, Any]:
+        job = ArmJob(
+            key=f"selftest-{tag}",
+            label=tag,
+            worktree=worktree,
+            config=config,
+            model=model_dir,
+            requests=prompts.encode(requests),
+            timeout=600,
+            workdir=cache / "runs" / f"selftest-{side.sha[:12]}-{tag}",
+            env=base_env(worktree, backend, {}, cache),
+        )
+        r = run_arm(job)
+        if r["status"] != "ok":
+            raise RuntimeError(f"{tag} arm {r['reason']}: {r.get('stderr_tail', '')[-500:]}")
+        return r
+
+    decode = equality.make_decoder(model_dir)
+    print(
+        f"selftest: {model} on {backend}, engine of {ref} ({side.sha[:10]}), "
+        f"{len(reqs)} requests, max_tokens {max_tokens}, 4 lanes, paging on"
+    )
+    try:
+        first, second = run("first", reqs), run("second", reqs)
+        planted, longer, changed = _plant(reqs, first, max_tokens)
+        third = run("planted", planted)
+    except RuntimeError as e:
+        print(f"selftest: an arm could not run: {e}")
+        return EXIT_ARM_FAILED
+    ok = True
+    pos = equality.compare(first, second, decode=decode)
+    good = pos["matched"] == pos["total"] and pos["total"] > 0
+    ok &= good
+    print(
+        f"  {'✅' if good else '❌'} positive control: the same arm twice: "
+        f"{pos['matched']}/{pos['total']} equal (expected all)"
+    )
+    neg = equality.compare(first, third, decode=decode)
+    seen = {d["id"]: d for d in neg["diffs"]}
+    expected = {i for i in [longer, *changed] if i}
+    stray = sorted(set(seen) - expected)
+    len_ok = (
+        longer is not None
+        and longer in seen
+        and seen[longer]["index"]
+        == next(len(r["ids"]) for r in first["replies"] if r["id"] == longer)
+    )
+    prompt_ok = any(i in seen for i in changed)
+    good = len_ok and prompt_ok and not stray
+    ok &= good
+    print(
+        f"  {'✅' if good else '❌'} negative control: planted one extra token in "
+        f"`{longer}` and a changed last prompt token in {', '.join(f'`{c}`' for c in changed)}"
+        f": {len(seen)} differ ({', '.join(sorted(seen)) or 'none'})"
+    )
+    if not len_ok:
+        print(f"     the one-token tail of `{longer}` was not seen at its last index")
+    if not prompt_ok:
+        print("     no changed prompt changed its reply (the model may ignore the last token)")
+    if stray:
+        print(f"     requests differ that were not planted: {', '.join(stray)}")
+    for rid in changed:
+        if rid in seen:
+            d = seen[rid]
+            print(
+                f"     `{rid}` differs from index {d['index']}: {d.get('a_ids')} vs "
+                f"{d.get('b_ids')}, margin there {d.get('a_margin')}"
+            )
+            break
+    margins = all(isinstance(r.get("margins"), list) for r in first["replies"])
+    print(f"  {'✅' if margins else '⚠️'} replies carry margins: {'yes' if margins else 'no'}")
+    print(
+        (
+            "The harness can see a difference."
+            if ok
+            else "The harness can NOT be trusted: a control failed."
+        )
+        + f" ({time.monotonic() - t0:.1f}s)"
+    )
+    sys.stdout.flush()
+    return EXIT_OK if ok else EXIT_GATE_FAILED
