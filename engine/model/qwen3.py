@@ -204,15 +204,13 @@ def forward(
     for li, layer in enumerate(model.layers):
 
         def attend(q: Array, k: Array, v: Array, li: int = li) -> Array:
-            outs = []
+            items = []
             for si, seg in enumerate(segments):
                 a, b = int(bounds[si]), int(bounds[si + 1])
                 kv.write(li, seg.pages, seg.start, ops.to_numpy(k[a:b]), ops.to_numpy(v[a:b]))
                 keys, values = kv.read(li, seg.pages, seg.start + (b - a))
-                outs.append(
-                    ops.attention(q[a:b], ops.asarray(keys), ops.asarray(values), positions[a:b])
-                )
-            return ops.concat_rows(outs)
+                items.append((q[a:b], ops.asarray(keys), ops.asarray(values), positions[a:b]))
+            return ops.concat_rows(ops.attention_many(items))
 
         x = decoder_layer(cfg, ops, layer, x, cos, sin, attend)
         if li in taps:

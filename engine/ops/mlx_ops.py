@@ -14,7 +14,9 @@
 * norms and softmax reduce within one row along a contiguous axis.
 * every op evaluates its result before returning (`mx.eval`), so no lazy graph ever spans
   two ops and the bits of one op never depend on what the caller built around it. mlx
-  does not fuse kernels outside `mx.compile`, which this backend never uses.
+  does not fuse kernels outside `mx.compile`, which this backend never uses; with
+  `eval_ops=False` (graphs evaluated only where the model reads numpy) a model gives the
+  same bits, which the tests check.
 """
 
 from __future__ import annotations
@@ -31,26 +33,29 @@ _PROBE_ROWS = (1, 2, 3, 5, 8, 13, 33)
 _PROBE_COLS = 2048
 
 
-def _done(a: mx.array) -> mx.array:
-    mx.eval(a)
-    return a
-
-
 class MlxOps:
     name = "mlx"
 
-    def __init__(self, row_tile: int = 1, key_block: int = 64, probe: bool = True) -> None:
+    def __init__(
+        self, row_tile: int = 1, key_block: int = 64, probe: bool = True, eval_ops: bool = True
+    ) -> None:
         self.row_tile = row_tile
+        self.eval_ops = eval_ops
         self.key_block = key_block
         self.probe = probe
         self._probed: set[tuple[int, int]] = set()
         self.device = mx.cpu
         mx.set_default_device(self.device)
 
+    def _out(self, a: mx.array) -> mx.array:
+        if self.eval_ops:
+            mx.eval(a)
+        return a
+
     # ---- conversion -----------------------------------------------------------------
     def asarray(self, a: np.ndarray | mx.array) -> mx.array:
         if isinstance(a, mx.array):
-            return a if a.dtype == F32 else _done(a.astype(F32))
+            return a if a.dtype == F32 else self._out(a.astype(F32))
         return mx.array(np.ascontiguousarray(a, dtype=np.float32))
 
     def to_numpy(self, a: mx.array | np.ndarray) -> np.ndarray:
@@ -77,7 +82,7 @@ class MlxOps:
         return out.reshape(padded, w.shape[1])[:m]
 
     def linear(self, x: mx.array, w: mx.array) -> mx.array:
-        return _done(self._matmul_rows(x, w))
+        return self._out(self._matmul_rows(x, w))
 
     def probe_matmul(self, k: int, n: int, w: mx.array | None = None) -> None:
         """Refuse to run if a row of x @ w [k, n] changes bits with the row count, its
@@ -109,11 +114,11 @@ class MlxOps:
 
     # ---- elementwise and row ops ----------------------------------------------------
     def embed(self, table: mx.array, ids: np.ndarray) -> mx.array:
-        return _done(mx.take(table, mx.array(np.asarray(ids, dtype=np.int32)), axis=0))
+        return self._out(mx.take(table, mx.array(np.asarray(ids, dtype=np.int32)), axis=0))
 
     def rms_norm(self, x: mx.array, w: mx.array, eps: float) -> mx.array:
         var = mx.mean(mx.square(x), axis=-1, keepdims=True)
-        return _done((x * (1.0 / mx.sqrt(var + eps))) * w)
+        return self._out((x * (1.0 / mx.sqrt(var + eps))) * w)
 
     def rope(self, x: mx.array, cos: mx.array | np.ndarray, sin: mx.array | np.ndarray) -> mx.array:
         """x [n, heads, D]; cos/sin [n, D/2] for the rows' absolute positions (HF rotate_half)."""
@@ -121,24 +126,27 @@ class MlxOps:
         c = self.asarray(cos)[:, None, :]
         s = self.asarray(sin)[:, None, :]
         x1, x2 = x[..., :half], x[..., half:]
-        return _done(mx.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1))
+        return self._out(mx.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1))
 
     def silu_mul(self, gate: mx.array, up: mx.array) -> mx.array:
-        return _done((gate / (1.0 + mx.exp(-gate))) * up)
+        return self._out((gate / (1.0 + mx.exp(-gate))) * up)
 
     def add(self, a: mx.array, b: mx.array) -> mx.array:
-        return _done(a + b)
+        return self._out(a + b)
 
     def concat_rows(self, parts: list[mx.array]) -> mx.array:
-        return parts[0] if len(parts) == 1 else _done(mx.concatenate(parts, axis=0))
+        return parts[0] if len(parts) == 1 else self._out(mx.concatenate(parts, axis=0))
 
     def concat_cols(self, parts: list[mx.array]) -> mx.array:
-        return _done(mx.concatenate(parts, axis=1))
+        return self._out(mx.concatenate(parts, axis=1))
 
     def take_rows(self, x: mx.array, rows: np.ndarray) -> mx.array:
-        return _done(mx.take(x, mx.array(np.asarray(rows, dtype=np.int32)), axis=0))
+        return self._out(mx.take(x, mx.array(np.asarray(rows, dtype=np.int32)), axis=0))
 
     # ---- attention ------------------------------------------------------------------
+    def attention_many(self, items: list[tuple]) -> list[mx.array]:
+        return [self.attention(*item) for item in items]
+
     def attention(
         self,
         q: mx.array,
@@ -189,4 +197,4 @@ class MlxOps:
             acc = acc + pv[:, j]
         total = mx.where(total > 0, total, 1.0)
         out = (acc / total[..., None]).reshape(hkv, n, group, d)
-        return _done(mx.contiguous(out.transpose(1, 0, 2, 3).reshape(n, hq, d)))
+        return self._out(mx.contiguous(out.transpose(1, 0, 2, 3).reshape(n, hq, d)))
