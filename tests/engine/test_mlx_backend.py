@@ -334,6 +334,14 @@ def test_engine_parallel_equals_serial(small_model, serial_outcome, parallel, st
     assert got == serial_outcome
 
 
+def test_engine_lazy_graphs_same_bits(small_model, serial_outcome):
+    """Ops that leave their graphs lazy until the model reads numpy give the same bits."""
+    cfg, tensors, _ = small_model
+    lazy = build(cfg, tensors, MlxOps(eval_ops=False))
+    assert serve(lazy, requests(cfg.vocab_size), serial=True) == serial_outcome
+    assert serve(lazy, requests(cfg.vocab_size), parallel=4, step_rows=16) == serial_outcome
+
+
 def test_engine_staggered_arrivals(small_model, serial_outcome):
     """Requests arriving while others decode join rounds at different positions."""
     from engine.lanes.clock import FakeClock
