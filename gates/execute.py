@@ -200,6 +200,7 @@ class ArmJob:
     timeout: float
     workdir: Path
     env: dict[str, str] = field(default_factory=dict)
+    extra_args: list[str] = field(default_factory=list)
 
 
 def run_arm(
@@ -230,6 +231,7 @@ def run_arm(
         "--metrics",
         str(met),
         *engine_args(job.config),
+        *job.extra_args,
     ]
     env = dict(job.env)
     if device is not None:

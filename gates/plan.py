@@ -161,6 +161,10 @@ def build(m: Matrix, prompt_sets: dict[str, list[dict[str, Any]]]) -> Plan:
                     else ""
                 )
             )
+    for arm in list(plan.arms):  # oracle/noisy drafters read their plain twin's replies
+        cfg = arm.config
+        if cfg["drafter"] in ("oracle", "noisy") and not cfg.get("drafter_model"):
+            plan.add(Arm(arm.side, canonical({**cfg, "drafter": "none"})))
     for gate in resource_gates:
         if not plan.arms:  # a matrix of resource gates only: run the points themselves
             for side in gate.sides:

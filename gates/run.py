@@ -14,9 +14,10 @@ from typing import Any
 import git
 
 from gates import HARNESS_VERSION, BadInput, matrix, plan, prompts, refs, store
+from gates.arms import ArmRunner
 from gates.checks import equality, perf
 from gates.evaluate import evaluate
-from gates.execute import GPU_BACKENDS, ArmJob, Progress, base_env, capabilities, missing, run_all
+from gates.execute import GPU_BACKENDS, capabilities
 from gates.receipt import render
 
 
@@ -115,108 +116,26 @@ def run(opts: Options) -> int:
 
     fixtures = {f"model:{n}": store.hash_dir(p) for n, p in models.items()}
     fixtures.update({f"prompts:{n}": store.hash_file(prompts.resolve_path(root, n)) for n in sets})
-    results: dict[plan.Arm, dict[str, Any]] = {}
-    arm_rows: dict[plan.Arm, dict[str, Any]] = {}
-    jobs: list[ArmJob] = []
-    pending: dict[str, list[plan.Arm]] = {}  # key -> arms (base and head share equal trees)
-    timeout = float(m.scalars["timeout"])
-    for arm in the_plan.arms:
-        s, cfg = sides[arm.side], arm.config
-        row: dict[str, Any] = {
-            "id": arm.id,
-            "side": arm.side,
-            "label": arm.name,
-            "config": cfg,
-            "cached": False,
-        }
-        arm_rows[arm] = row
-        c, why = caps[arm.side]
-        reason = f"{arm.side}: {why}" if c is None else missing(c, cfg)
-        if reason:
-            if c is not None:
-                reason = f"the {arm.side} engine has {reason}"
-            row.update(status="not_comparable", reason=reason)
-            continue
-        assert s.worktree is not None
-        reqs = prompts.requests_for(sets[cfg["prompts"]], cfg["max_tokens"], cfg["resumed"])
-        data = prompts.encode(reqs)
-        env = base_env(s.worktree, cfg["backend"], cfg["flags"], cache)
-        key_env = {
-            k: env[k] for k in sorted(env) if k.startswith("ENGINE_") or k == "OMP_NUM_THREADS"
-        }
-        fx = {
-            k: v
-            for k, v in fixtures.items()
-            if k in (f"model:{cfg['model']}", f"prompts:{cfg['prompts']}")
-        }
-        key = store.arm_key(s.engine_tree or "", cfg, prompts.digest(data), fx, fp, key_env)
-        row["key"] = key
-        hit = st.get(key)
-        if hit is not None:
-            results[arm] = hit
-            row["cached"] = True
-            continue
-        if key not in pending:
-            jobs.append(
-                ArmJob(
-                    key=key,
-                    label=arm.id,
-                    worktree=s.worktree,
-                    config=cfg,
-                    model=models[cfg["model"]],
-                    requests=data,
-                    timeout=timeout,
-                    workdir=cache / "runs" / key[:20],
-                    env=env,
-                )
-            )
-        pending.setdefault(key, []).append(arm)
-
     n_workers, devices = workers(set(m.axes["backend"]), opts.jobs)
+    runner = ArmRunner(
+        sides=sides,
+        caps=caps,
+        sets=sets,
+        models=models,
+        fixtures=fixtures,
+        st=st,
+        cache=cache,
+        timeout=float(m.scalars["timeout"]),
+        workers=n_workers,
+        devices=devices,
+        quiet=opts.quiet,
+    )
+    if not opts.quiet:
+        log(f"[gates] {sides['base'].sha[:10]}..{sides['head'].sha[:10]} · matrix {m.name}")
+    runner.run(the_plan.arms)
+    results, arm_rows = runner.results, runner.rows
     n_cached = sum(1 for r in arm_rows.values() if r["cached"])
     n_nc = sum(1 for r in arm_rows.values() if r.get("status") == "not_comparable")
-    if not opts.quiet:
-        log(
-            f"[gates] {sides['base'].sha[:10]}..{sides['head'].sha[:10]} · matrix {m.name}: "
-            f"{len(the_plan.arms)} arms ({n_cached} cached, {n_nc} not comparable), "
-            f"{len(jobs)} to run on "
-            f"{len(devices) if devices else n_workers} {'GPU' if devices else 'worker'}(s)"
-        )
-    progress = None if opts.quiet else Progress(len(jobs), 0)
-
-    def done(job: ArmJob, result: dict[str, Any]) -> None:
-        result = {
-            **result,
-            "harness": HARNESS_VERSION,
-            "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        }
-        if result.get("status") == "ok":
-            st.put(job.key, result)  # at once: an interrupted run keeps it
-        for arm in pending[job.key]:
-            results[arm] = result
-
-    run_all(jobs, n_workers, done, progress, devices)
-    for arm, row in arm_rows.items():
-        r = results.get(arm)
-        if r is None:
-            continue
-        row.update(
-            status=r.get("status", "crashed"),
-            reason=r.get("reason", ""),
-            wall_s=r.get("wall_s"),
-            metrics=r.get("metrics"),
-            argv=r.get("argv"),
-            stderr_tail=r.get("stderr_tail", "") if r.get("status") != "ok" else "",
-            replies=[
-                {
-                    "id": x["id"],
-                    "n": len(x.get("ids") or []),
-                    "token_sha": x.get("token_sha"),
-                    "finish_reason": x.get("finish_reason"),
-                }
-                for x in r.get("replies", [])
-            ],
-        )
 
     decoders = {n: equality.make_decoder(p) for n, p in models.items()}
     gates_out = evaluate(m, the_plan, results, arm_rows, sets, decoders)
@@ -240,7 +159,7 @@ def run(opts: Options) -> int:
             "description": m.description,
             "arms": len(the_plan.arms),
             "cached": n_cached,
-            "ran": len(jobs),
+            "ran": runner.ran,
             "not_comparable": n_nc,
             "backend": m.axes["backend"],
             "model": m.axes["model"],

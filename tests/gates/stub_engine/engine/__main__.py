@@ -71,6 +71,11 @@ def run(a: argparse.Namespace) -> int:
 
     cfg = json.loads((Path(a.model) / "config.json").read_text())
     vocab = int(cfg.get("vocab_size", 1000))
+    if a.drafter in ("oracle", "noisy") and not (
+        a.drafter_model and Path(a.drafter_model).exists()
+    ):
+        print(f"error: --drafter {a.drafter}: needs --drafter-model REPLIES.jsonl", file=sys.stderr)
+        return 2
     if knobs.CRASH_KV and a.kv == knobs.CRASH_KV:
         print("Traceback: stub crash on kv " + a.kv, file=sys.stderr)
         return 3
@@ -160,6 +165,7 @@ def main() -> int:
     r.add_argument("--kv-pages", type=int, default=0)
     r.add_argument("--drafter", default="none")
     r.add_argument("--draft-tokens", type=int, default=4)
+    r.add_argument("--drafter-model")
     r.add_argument("--context", type=int, default=1024)
     r.add_argument("--page-rows", type=int, default=16)
     r.add_argument("--step-rows", type=int, default=64)

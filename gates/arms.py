@@ -1,0 +1,190 @@
+"""Plan arms -> results: capability check, cache lookup, jobs, and arms that need another.
+
+An arm whose drafter is ``oracle`` or ``noisy`` (the engine's test drafters) is fed the
+replies of its *plain twin* (the same arm with drafter none) through
+``--drafter-model REPLIES.jsonl``, so those arms run in a second phase, after the twins.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gates import HARNESS_VERSION, prompts, refs, store
+from gates.execute import ArmJob, Progress, base_env, missing, run_all
+from gates.plan import Arm, canonical
+
+TRUTH_DRAFTERS = ("oracle", "noisy")
+
+
+def truth_of(arm: Arm) -> Arm | None:
+    """The plain twin whose replies an oracle/noisy arm needs (None: needs none)."""
+    cfg = arm.config
+    if cfg["drafter"] not in TRUTH_DRAFTERS or cfg.get("drafter_model"):
+        return None
+    return Arm(arm.side, canonical({**cfg, "drafter": "none"}))
+
+
+@dataclass
+class ArmRunner:
+    sides: dict[str, refs.Side]
+    caps: dict[str, tuple[dict | None, str]]
+    sets: dict[str, list[dict[str, Any]]]
+    models: dict[str, Path]
+    fixtures: dict[str, str]
+    st: store.Store
+    cache: Path
+    timeout: float
+    workers: int
+    devices: list[str] | None
+    quiet: bool = False
+    results: dict[Arm, dict[str, Any]] = field(default_factory=dict)
+    rows: dict[Arm, dict[str, Any]] = field(default_factory=dict)
+    ran: int = 0
+
+    def run(self, arms: list[Arm]) -> None:
+        for arm in arms:
+            self.rows[arm] = {
+                "id": arm.id,
+                "side": arm.side,
+                "label": arm.name,
+                "config": arm.config,
+                "cached": False,
+            }
+        first = [a for a in arms if truth_of(a) is None]
+        self._phase(first, "")
+        second = [a for a in arms if truth_of(a) is not None]
+        if second:
+            self._phase(second, " (drafters fed their plain twin's replies)")
+        for arm, row in self.rows.items():
+            r = self.results.get(arm)
+            if r is None:
+                continue
+            row.update(
+                status=r.get("status", "crashed"),
+                reason=r.get("reason", ""),
+                wall_s=r.get("wall_s"),
+                metrics=r.get("metrics"),
+                argv=r.get("argv"),
+                stderr_tail=r.get("stderr_tail", "") if r.get("status") != "ok" else "",
+                replies=[
+                    {
+                        "id": x["id"],
+                        "n": len(x.get("ids") or []),
+                        "token_sha": x.get("token_sha"),
+                        "finish_reason": x.get("finish_reason"),
+                    }
+                    for x in r.get("replies", [])
+                ],
+            )
+
+    def _blocked(self, arm: Arm) -> str | None:
+        c, why = self.caps[arm.side]
+        if c is None:
+            return f"{arm.side}: {why}"
+        lack = missing(c, arm.config)
+        return f"the {arm.side} engine has {lack}" if lack else None
+
+    def _prepare(self, arm: Arm, pending: dict[str, list[Arm]], jobs: list[ArmJob]) -> None:
+        row, cfg, side = self.rows[arm], arm.config, self.sides[arm.side]
+        reason = self._blocked(arm)
+        if reason:
+            row.update(status="not_comparable", reason=reason)
+            return
+        assert side.worktree is not None
+        extra: list[str] = []
+        key_cfg = dict(cfg)
+        twin = truth_of(arm)
+        if twin is not None:
+            tr = self.results.get(twin)
+            if tr is None or tr.get("status") != "ok":
+                why = self.rows[twin].get("reason") or (tr or {}).get("reason") or "no result"
+                self.results[arm] = {
+                    "status": "crashed",
+                    "wall_s": 0.0,
+                    "stderr_tail": "",
+                    "reason": f"its plain twin did not run ({why})",
+                }
+                return
+            truth = self.cache / "truth" / f"{self.rows[twin]['key']}.jsonl"
+            truth.parent.mkdir(parents=True, exist_ok=True)
+            truth.write_text(
+                "".join(
+                    json.dumps({"id": r["id"], "ids": r.get("ids") or []}) + "\n"
+                    for r in tr["replies"]
+                )
+            )
+            extra = ["--drafter-model", str(truth)]
+            key_cfg["drafter_truth"] = self.rows[twin]["key"]
+        data = prompts.encode(
+            prompts.requests_for(self.sets[cfg["prompts"]], cfg["max_tokens"], cfg["resumed"])
+        )
+        env = base_env(side.worktree, cfg["backend"], cfg["flags"], self.cache)
+        key_env = {
+            k: env[k] for k in sorted(env) if k.startswith("ENGINE_") or k == "OMP_NUM_THREADS"
+        }
+        fx = {
+            k: v
+            for k, v in self.fixtures.items()
+            if k in (f"model:{cfg['model']}", f"prompts:{cfg['prompts']}")
+        }
+        key = store.arm_key(
+            side.engine_tree or "", key_cfg, prompts.digest(data), fx, store.fingerprint(), key_env
+        )
+        row["key"] = key
+        hit = self.st.get(key)
+        if hit is not None:
+            self.results[arm] = hit
+            row["cached"] = True
+            return
+        if key not in pending:  # base and head with one engine tree share the run
+            jobs.append(
+                ArmJob(
+                    key=key,
+                    label=arm.id,
+                    worktree=side.worktree,
+                    config=cfg,
+                    model=self.models[cfg["model"]],
+                    requests=data,
+                    timeout=self.timeout,
+                    workdir=self.cache / "runs" / key[:20],
+                    env=env,
+                    extra_args=extra,
+                )
+            )
+        pending.setdefault(key, []).append(arm)
+
+    def _phase(self, arms: list[Arm], what: str) -> None:
+        pending: dict[str, list[Arm]] = {}
+        jobs: list[ArmJob] = []
+        for arm in arms:
+            self._prepare(arm, pending, jobs)
+        cached = sum(1 for a in arms if self.rows[a]["cached"])
+        nc = sum(1 for a in arms if self.rows[a].get("status") == "not_comparable")
+        if not self.quiet:
+            where = f"{len(self.devices)} GPU(s)" if self.devices else f"{self.workers} worker(s)"
+            print(
+                f"[gates] {len(arms)} arms{what}: {cached} cached, {nc} not comparable, "
+                f"{len(jobs)} to run on {where}",
+                file=sys.stderr,
+                flush=True,
+            )
+        progress = None if self.quiet else Progress(len(jobs), 0)
+
+        def done(job: ArmJob, result: dict[str, Any]) -> None:
+            result = {
+                **result,
+                "harness": HARNESS_VERSION,
+                "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            }
+            if result.get("status") == "ok":
+                self.st.put(job.key, result)  # at once: an interrupted run keeps it
+            for a in pending[job.key]:
+                self.results[a] = result
+
+        run_all(jobs, self.workers, done, progress, self.devices)
+        self.ran += len(jobs)
