@@ -264,6 +264,17 @@ def test_attention_prompt_cut_into_steps(ops: MlxOps, steps: tuple[int, ...]) ->
     assert np.array_equal(np.concatenate(parts), whole)
 
 
+def test_attention_many_equals_attention_alone(ops: MlxOps) -> None:
+    rng = np.random.default_rng(12)
+    items = []
+    for n, length in ((1, 1), (3, 70), (1, 64), (17, 130), (2, 65)):
+        k, v = rand(rng, length, 2, 32), rand(rng, length, 2, 32)
+        items.append((ops.asarray(rand(rng, n, 4, 32)), k, v, np.arange(length - n, length)))
+    alone = [ops.to_numpy(ops.attention(*item)) for item in items]
+    for got, want in zip(ops.attention_many(items), alone, strict=True):
+        assert np.array_equal(ops.to_numpy(got), want)
+
+
 def test_attention_key_block_sizes() -> None:
     for b in (1, 16, 100):
         o = MlxOps(key_block=b)
