@@ -39,14 +39,14 @@ def log(msg: str) -> None:
 
 
 def _matrix_path(root: Path, name: str) -> Path:
+    """A matrix path: absolute, under the repository root, under the cwd, or a bare name."""
     p = Path(name)
-    if p.exists() or p.is_absolute():
+    if p.is_absolute():
         return p
-    if (root / p).exists():
-        return root / p
-    if not p.suffix and (root / "matrices" / f"{name}.yaml").exists():
-        return root / "matrices" / f"{name}.yaml"
-    return p
+    for candidate in (root / p, Path.cwd() / p, root / "matrices" / f"{name}.yaml"):
+        if candidate.is_file():
+            return candidate
+    return root / p
 
 
 def _rel(root: Path, p: Path) -> str:

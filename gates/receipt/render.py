@@ -111,7 +111,8 @@ def failure_lines(man: dict[str, Any]) -> list[dict[str, Any]]:
 def _diff_line(d: dict[str, Any], an: str, bn: str) -> str:
     req = d.get("request") or {}
     prompt = prompts_mod.describe(req) if req else "?"
-    rows = f"{d['prompt_tokens']} rows, " if d.get("prompt_tokens") is not None else ""
+    n = d.get("prompt_tokens")
+    rows = f"{n} row{'s' * (n != 1)}, " if n is not None else ""
     head = f"prompt `{d['id']}` ({rows}{prompt})"
     if d.get("missing"):
         return f"{head}: no reply from {bn}"

@@ -38,7 +38,7 @@ def capabilities() -> int:
         json.dumps(
             {
                 "contract": 1,
-                "backends": ["numpy", "fake"],
+                "backends": ["numpy", "fake", "cupy"],
                 "kv": [k for k in KV if k not in knobs.NO_KV],
                 "drafters": ["none", "oracle", "noisy"],
                 "paging": True,
@@ -143,6 +143,8 @@ def run(a: argparse.Namespace) -> int:
                     "steps": 0,
                     "drafted": 0,
                     "accepted": 0,
+                    "device": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                    "threads": os.environ.get("OMP_NUM_THREADS"),
                 }
             )
         )

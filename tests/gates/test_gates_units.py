@@ -1,0 +1,144 @@
+"""Unit tests: equality, speed statistics, receipts, GPU pinning."""
+
+from __future__ import annotations
+
+import math
+
+from conftest import run_gates
+from gates.checks import equality, perf
+from gates.receipt import render
+
+
+def reply(rid, ids, margins=None, finish="length", **kw):
+    return {
+        "id": rid,
+        "ids": ids,
+        "margins": margins or [1.0] * len(ids),
+        "finish_reason": finish,
+        **kw,
+    }
+
+
+def test_first_difference():
+    assert equality.first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert equality.first_difference([1, 2, 3], [1, 5, 3]) == 1
+    assert equality.first_difference([1, 2], [1, 2, 3]) == 2
+    assert equality.first_difference([], [7]) == 0
+
+
+def test_compare_counts_and_divergence():
+    a = {
+        "replies": [
+            reply("x", [1, 2, 3], [0.5, 0.25, 0.125]),
+            reply("y", [4]),
+            reply("e", [], finish="error", error="too long"),
+        ]
+    }
+    b = {
+        "replies": [
+            reply("x", [1, 9, 3], [0.5, 0.005, 0.1]),
+            reply("y", [4]),
+            reply("e", [], finish="error", error="too long"),
+        ]
+    }
+    got = equality.compare(a, b, requests={"x": {"id": "x", "prompt": "hi"}})
+    assert (got["matched"], got["total"]) == (1, 2)
+    assert got["skipped"][0]["id"] == "e"
+    d = got["diffs"][0]
+    assert (d["id"], d["index"], d["a_ids"], d["b_ids"]) == ("x", 1, [2, 3], [9, 3])
+    assert (d["a_margin"], d["b_margin"]) == (0.25, 0.005)
+    assert equality.describe_margin(d["a_margin"], d["b_margin"]) == "a near-tie"
+    line = render._diff_line(d, "base", "head")
+    assert "tokens differ from index 1" in line and "[2, 3]" in line and "[9, 3]" in line
+    assert "margin at 1: base 0.25, head 0.005 (a near-tie)" in line
+
+
+def test_compare_error_on_one_side_and_missing_reply():
+    a = {"replies": [reply("x", [1]), reply("y", [2])]}
+    b = {"replies": [reply("x", [1], finish="error", error="boom")]}
+    got = equality.compare(a, b)
+    assert (got["matched"], got["total"]) == (0, 2)
+    assert {d["id"] for d in got["diffs"]} == {"x", "y"}
+    assert got["diffs"][0]["error"] == {"a": None, "b": "boom"}
+    only = equality.compare(a, b, only_ids=["y"])
+    assert only["total"] == 1
+
+
+def test_decoder_from_tokenizer_json():
+    from pathlib import Path
+
+    model = Path(__file__).resolve().parents[2] / "fixtures" / "models" / "tiny-qwen3"
+    decode = equality.make_decoder(model)
+    if decode is None:
+        return  # no tokenizer package here: receipts fall back to the whole reply's text
+    assert isinstance(decode([40, 41]), str)
+
+
+def test_ratio_ci_and_verdicts():
+    base = [100.0, 101.0, 99.0, 100.0]
+    same = perf.ratio_ci(base, base)
+    assert same[0] == 1.0 and math.isclose(same[1], 1.0) and math.isclose(same[2], 1.0)
+    slow = perf.ratio_ci(base, [80.0, 81.0, 79.5, 80.5])
+    assert slow[2] < 0.95 and perf.verdict(slow[1], slow[2], slow[0], 0.05) == "slower"
+    noisy = perf.ratio_ci(base, [60.0, 140.0, 70.0, 130.0])
+    assert perf.verdict(noisy[1], noisy[2], noisy[0], 0.05) == "flat"
+    fast = perf.ratio_ci(base, [120.0, 121.0, 119.0, 120.0])
+    assert perf.verdict(fast[1], fast[2], fast[0], 0.05) == "faster"
+    one = perf.ratio_ci([100.0], [90.0])
+    assert math.isnan(one[1]) and perf.verdict(one[1], one[2], one[0], 0.05) == "slower"
+
+
+def test_rates_from_bench_json():
+    j = {
+        "model": "m",
+        "prompt_tokens": 128,
+        "sweep": [
+            {"parallel": 1, "decode_tok_s": 10.0, "prefill_tok_s": 100.0, "ttft_s": 0.1},
+            {"parallel": 4, "decode_tok_s": 30.0, "prefill_tok_s": 120.0, "wall_s": 2.0},
+        ],
+    }
+    assert perf.rates(j) == {
+        "sweep[1].decode_tok_s": 10.0,
+        "sweep[1].prefill_tok_s": 100.0,
+        "sweep[4].decode_tok_s": 30.0,
+        "sweep[4].prefill_tok_s": 120.0,
+    }
+    assert perf.pretty("sweep[4].decode_tok_s") == "decode tok/s at 4 streams"
+
+
+def test_verdict_exit_codes():
+    def man(*states, arms=()):
+        return {
+            "gates": [{"name": f"g{i}", "status": s} for i, s in enumerate(states)],
+            "arms": list(arms),
+            "speed": None,
+        }
+
+    assert render.verdict(man("pass", "not_comparable"))[1] == 0
+    assert render.verdict(man("pass", "fail"))[1] == 1
+    assert render.verdict(man("pass", "could_not_run", arms=[{"status": "crashed"}]))[1] == 3
+    assert render.verdict(man("fail", "could_not_run", arms=[{"status": "crashed"}]))[1] == 1
+    assert render.verdict(man("not_comparable"))[1] == 3
+    speed = man("pass")
+    speed["speed"] = {"status": "fail"}
+    assert render.verdict(speed) == ("❌ 1 gate failed: speed", 1)
+
+
+def test_one_arm_per_gpu(stub_repo, monkeypatch):
+    m = (stub_repo.root / "matrices" / "small.yaml").read_text()
+    (stub_repo.root / "matrices" / "gpu.yaml").write_text("backend: cupy\n" + m)
+    stub_repo.commit("gpu")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    code, man, _ = run_gates(stub_repo, matrix="matrices/gpu.yaml")
+    assert code == 0
+    assert man["matrix"]["devices"] == ["3", "5"] and man["matrix"]["workers"] == 2
+    devices = {a["metrics"]["device"] for a in man["arms"] if a.get("metrics")}
+    assert devices <= {"3", "5"} and devices
+    assert all(a["metrics"]["threads"] is None for a in man["arms"] if a.get("metrics"))
+
+
+def test_cpu_arms_are_single_threaded(stub_repo):
+    stub_repo.commit("head")
+    code, man, _ = run_gates(stub_repo)
+    assert code == 0
+    assert {a["metrics"]["threads"] for a in man["arms"] if a.get("metrics")} == {"1"}
