@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer = load(args)
     requests = read_requests(args.requests, tokenizer)
     cfg = engine_config(args)
+    order = list(requests)  # replies go out in the order of the requests file
     if cfg.serial:  # alone and in order: arrival times do not apply
         requests = sorted(requests, key=lambda r: r.arrival)
         for r in requests:
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"\r{len(engine.finished)}/{total} done", end="", file=sys.stderr)
     wall = time.perf_counter() - t0
     with open(args.out, "w") as f:
-        for r in requests:
+        for r in order:
             f.write(json.dumps(reply(streams[r.id], tokenizer)) + "\n")
     if args.metrics:
         metrics = {
