@@ -57,14 +57,15 @@ class Engine:
         s.tokens = list(req.prompt_ids)
         rows = self._rows_needed(s)
         vocab = self.model.config.vocab_size
-        if len(req.prompt_ids) + req.max_tokens > self.cfg.context:
+        gen = self._generated_rows(req)
+        if len(req.prompt_ids) + gen > self.cfg.context:
             self._finish(
                 s,
                 "error",
                 f"prompt ({len(req.prompt_ids)}) + max_tokens "
-                f"({req.max_tokens}) exceeds the context ({self.cfg.context})",
+                f"({gen}) exceeds the context ({self.cfg.context})",
             )
-        elif len(req.prompt_ids) + req.max_tokens > self.model.config.max_position_embeddings:
+        elif len(req.prompt_ids) + gen > self.model.config.max_position_embeddings:
             self._finish(
                 s,
                 "error",
@@ -89,9 +90,13 @@ class Engine:
             if s.req.id == req_id:
                 s.cancel_requested = True
 
+    @staticmethod
+    def _generated_rows(req: Request) -> int:
+        return req.max_tokens if req.kind == "complete" else 0  # an embed generates none
+
     def _rows_needed(self, s: Stream) -> int:
         extra = self.drafter.max_tokens(self.cfg.draft_tokens) if s.req.draft else 0
-        return s.prompt_len + s.req.max_tokens + extra
+        return s.prompt_len + self._generated_rows(s.req) + extra
 
     # ---- loop -----------------------------------------------------------------------
     @property
