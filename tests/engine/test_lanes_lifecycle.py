@@ -404,3 +404,15 @@ def test_second_turn_reuses_the_first_turns_pages() -> None:
     assert cold.stats["prefill_tokens"] == len(prompt2)
     assert t2.generated == t2_cold.generated
     assert_idle_clean(e)
+
+
+@pytest.mark.parametrize("kv_pages", [0, 4])
+def test_an_embed_needs_no_rows_for_tokens_it_never_generates(kv_pages: int) -> None:
+    """An embedding of a prompt as long as the context fits: max_tokens does not apply."""
+    e = engine(kv_pages, parallel=1, context=64)  # 4 pages of 16 rows when paged
+    full = e.submit(req("full", 64, kind="embed", max_tokens=16))
+    over = e.submit(req("over", 65, kind="embed", salt=1))
+    e.run()
+    assert full.finish_reason == "stop" and full.embedding is not None
+    assert over.finish_reason == "error" and "context" in over.error
+    assert_idle_clean(e)
