@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,20 +80,28 @@ def parse_request(obj: Any, where: str, tokenizer: Any = None) -> Request:
     if max_tokens < 1:
         raise InputError(f"{where}: field 'max_tokens' must be >= 1")
     stop_ids = field_of("stop_ids", list, [])
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in stop_ids):
+        raise InputError(f"{where}: field 'stop_ids' must be a list of ids >= 0")
     temperature = field_of("temperature", float, 0.0)
-    if temperature < 0:
-        raise InputError(f"{where}: field 'temperature' must be >= 0")
+    if not 0 <= temperature < math.inf:  # NaN fails too
+        raise InputError(f"{where}: field 'temperature' must be a finite number >= 0")
+    arrival = field_of("arrival", float, 0.0)
+    if not 0 <= arrival < math.inf:
+        raise InputError(f"{where}: field 'arrival' must be a finite number of seconds >= 0")
+    cancel_after = field_of("cancel_after", int, None)
+    if cancel_after is not None and cancel_after < 0:
+        raise InputError(f"{where}: field 'cancel_after' must be >= 0")
     return Request(
         id=str(rid),
         prompt_ids=list(ids),
         max_tokens=max_tokens,
         kind=kind,
-        stop_ids=[int(i) for i in stop_ids],
+        stop_ids=list(stop_ids),
         temperature=temperature,
         seed=field_of("seed", int, 0),
         priority=priority,
-        arrival=field_of("arrival", float, 0.0),
+        arrival=arrival,
         draft=field_of("draft", bool, True),
-        cancel_after=field_of("cancel_after", int, None),
+        cancel_after=cancel_after,
         ignore_eos=field_of("ignore_eos", bool, False),
     )
