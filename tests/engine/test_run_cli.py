@@ -169,6 +169,13 @@ def test_a_malformed_line_names_its_line_number(tmp_path: Path, capsys) -> None:
         json.dumps({"id": "b", "prompt_ids": [1, -2]}): "prompt_ids",
         json.dumps({"id": "b", "prompt_ids": [1], "arrival": "soon"}): "arrival",
         json.dumps({"id": "a", "prompt_ids": [1]}): "duplicate id",
+        json.dumps({"id": "b", "prompt_ids": [1], "stop_ids": ["x"]}): "stop_ids",
+        json.dumps({"id": "b", "prompt_ids": [1], "stop_ids": [1.5, True]}): "stop_ids",
+        '{"id": "b", "prompt_ids": [1], "arrival": NaN}': "arrival",
+        '{"id": "b", "prompt_ids": [1], "arrival": -1}': "arrival",
+        '{"id": "b", "prompt_ids": [1], "temperature": NaN}': "temperature",
+        '{"id": "b", "prompt_ids": [1], "temperature": Infinity}': "temperature",
+        json.dumps({"id": "b", "prompt_ids": [1], "cancel_after": -1}): "cancel_after",
         json.dumps([1, 2]): "JSON object",
     }
     for bad, reason in cases.items():
