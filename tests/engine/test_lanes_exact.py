@@ -144,6 +144,12 @@ def test_resumed_equals_fresh(tiny: Any, kv: str) -> None:
     assert e.plan.pages_in_use == 0 and e.plan.unplanned_allocations == 0
     cold = solo(tiny, t2.req, kv=kv)
     assert Result.of(t2) == cold
+    # an embedding of the whole conversation so far reads the cached pages of both turns
+    whole = prompt2 + t2.generated
+    emb = e.submit(Request("emb", whole, kind="embed", arrival=e.clock.now() - e.t0))
+    e.run()
+    assert opened[-1].reused_rows == 16 * ((len(whole) - 1) // 16) > reused
+    assert Result.of(emb) == solo(tiny, emb.req, kv=kv)
     assert Result.of(beside) == solo(tiny, beside.req, kv=kv)
 
 
