@@ -103,8 +103,12 @@ class ArmRunner:
             tr = self.results.get(twin)
             if tr is None or tr.get("status") != "ok":
                 why = self.rows[twin].get("reason") or (tr or {}).get("reason") or "no result"
+                if self.rows[twin].get("status") == "not_comparable":
+                    row.update(status="not_comparable", reason=f"its plain twin: {why}")
+                    return
+                status = "refused" if (tr or {}).get("status") == "refused" else "crashed"
                 self.results[arm] = {
-                    "status": "crashed",
+                    "status": status,
                     "wall_s": 0.0,
                     "stderr_tail": "",
                     "reason": f"its plain twin did not run ({why})",

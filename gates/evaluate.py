@@ -46,15 +46,30 @@ def pair_names(a: Arm, b: Arm) -> tuple[str, str]:
 def _blocked(
     arms: tuple[Arm, ...], rows: dict[Arm, dict[str, Any]], results: dict[Arm, dict[str, Any]]
 ) -> tuple[str, str, str] | None:
-    """(state, reason, stderr tail) if an arm is not comparable or did not finish."""
+    """(state, reason, stderr tail) if an arm is not comparable or did not finish.
+
+    An arm the engine refused (exit 2: it will not run that configuration) is not
+    comparable, unless the same arm ran on the other commit: then head (or base) lost
+    something the other side has, and the comparison could not run."""
     for arm in arms:
         row = rows[arm]
         if row.get("status") == "not_comparable":
             return "not_comparable", row.get("reason", ""), ""
+    status = {arm: (results.get(arm) or {}).get("status") for arm in arms}
     for arm in arms:
         r = results.get(arm)
         if r is None:
             return "could_not_run", f"{arm.id}: no result (interrupted?)", ""
+        if r.get("status") == "refused":
+            others = [a for a in arms if a is not arm]
+            lost = any(status[a] == "ok" and a.side != arm.side for a in others)
+            state = "could_not_run" if lost else "not_comparable"
+            why = f"{arm.id} — {r.get('reason', 'refused')}"
+            if lost:
+                why += " (the other commit ran it)"
+            return state, why, r.get("stderr_tail", "")
+    for arm in arms:
+        r = results[arm]
         if r.get("status") != "ok":
             return (
                 "could_not_run",

@@ -255,6 +255,11 @@ def run_arm(
     if code is None:
         result["reason"] = f"timed out after {job.timeout:.0f}s"
         return result
+    if code == 2:  # the contract's "bad input": this engine will not run this arm
+        last = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+        result["status"] = "refused"
+        result["reason"] = "refused (exit 2)" + (f": {last[-1].strip()}" if last else "")
+        return result
     if code != 0:
         result["reason"] = f"engine exited {code}"
         return result

@@ -135,7 +135,7 @@ def run(opts: Options) -> int:
     runner.run(the_plan.arms)
     results, arm_rows = runner.results, runner.rows
     n_cached = sum(1 for r in arm_rows.values() if r["cached"])
-    n_nc = sum(1 for r in arm_rows.values() if r.get("status") == "not_comparable")
+    n_nc = sum(1 for r in arm_rows.values() if r.get("status") in ("not_comparable", "refused"))
 
     decoders = {n: equality.make_decoder(p) for n, p in models.items()}
     gates_out = evaluate(m, the_plan, results, arm_rows, sets, decoders)

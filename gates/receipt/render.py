@@ -34,15 +34,21 @@ def verdict(man: dict[str, Any]) -> tuple[str, int]:
     if speed.get("status") == "fail":
         failed.append("speed")
     crashed = [a for a in man["arms"] if a.get("status") == "crashed"]
-    nc = [a for a in man["arms"] if a.get("status") == "not_comparable"]
+    nc = [a for a in man["arms"] if a.get("status") in ("not_comparable", "refused")]
     if failed:
         return (
             f"❌ {len(failed)} gate{'s' * (len(failed) > 1)} failed: {', '.join(failed)}",
             EXIT_GATE_FAILED,
         )
-    if crashed or speed.get("status") == "could_not_run":
+    blocked = [g for g in gates if g["status"] == "could_not_run"]
+    if crashed or blocked or speed.get("status") == "could_not_run":
         n = len(crashed)
-        return f"⚠️ could not run: {n} arm{'s' * (n != 1)} crashed or timed out", EXIT_ARM_FAILED
+        what = (
+            f"{n} arm{'s' * (n != 1)} crashed or timed out"
+            if n
+            else f"{len(blocked)} gate{'s' * (len(blocked) != 1)} could not run"
+        )
+        return f"⚠️ could not run: {what}", EXIT_ARM_FAILED
     if not any(g["status"] == "pass" for g in gates):
         return "⚠️ nothing could be compared", EXIT_ARM_FAILED
     extra = f" ({len(nc)} arm{'s' * (len(nc) > 1)} not comparable)" if nc else ""
@@ -248,7 +254,7 @@ def skipped(man: dict[str, Any]) -> list[str]:
     """Not comparable arms grouped by reason, notes of the plan, requests left out."""
     groups: dict[str, list[str]] = {}
     for a in man["arms"]:
-        if a.get("status") == "not_comparable":
+        if a.get("status") in ("not_comparable", "refused"):
             groups.setdefault(a.get("reason", ""), []).append(a["id"])
     out = [
         f"not comparable: {why} ({len(ids)} arm{'s' * (len(ids) > 1)}, e.g. {ids[0]})"
@@ -272,7 +278,24 @@ def skipped(man: dict[str, Any]) -> list[str]:
 
 
 def crashed(man: dict[str, Any]) -> list[dict[str, Any]]:
-    return [a for a in man["arms"] if a.get("status") == "crashed"]
+    """Crashed arms grouped by reason and stderr: one record per group."""
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for a in man["arms"]:
+        if a.get("status") != "crashed":
+            continue
+        g = groups.setdefault(
+            (a.get("reason", ""), a.get("stderr_tail", "")),
+            {"reason": a.get("reason", ""), "stderr_tail": a.get("stderr_tail", ""), "ids": []},
+        )
+        g["ids"].append(a["id"])
+    for gate in man["gates"]:  # an arm refused on one commit that the other one ran
+        for e in gate["entries"]:
+            if e["status"] == "could_not_run" and "(the other commit ran it)" in e["reason"]:
+                arm_id, _, why = e["reason"].partition(" — ")
+                g = groups.setdefault((why, ""), {"reason": why, "stderr_tail": "", "ids": []})
+                if arm_id not in g["ids"]:
+                    g["ids"].append(arm_id)
+    return list(groups.values())
 
 
 def machine_line(man: dict[str, Any]) -> str:

@@ -76,6 +76,9 @@ def run(a: argparse.Namespace) -> int:
     ):
         print(f"error: --drafter {a.drafter}: needs --drafter-model REPLIES.jsonl", file=sys.stderr)
         return 2
+    if knobs.REFUSE_KV and a.kv == knobs.REFUSE_KV:
+        print(f"error: --kv {a.kv}: not with this model", file=sys.stderr)
+        return 2
     if knobs.CRASH_KV and a.kv == knobs.CRASH_KV:
         print("Traceback: stub crash on kv " + a.kv, file=sys.stderr)
         return 3

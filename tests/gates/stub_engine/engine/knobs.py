@@ -5,6 +5,7 @@ BATCH_BUG = False  # True: concurrent runs (parallel > 1, not --serial) change t
 LEAK_PAGES = 0  # pages left in use at idle when paging is on
 DRAFT_BUG = False  # True: a drafter changes tokens
 RESUME_BUG = False  # True: a request whose prompt prefix is cached changes tokens
+REFUSE_KV = ""  # a kv dtype `run` refuses as bad input (exit 2)
 CRASH_KV = ""  # a kv dtype on which `run` crashes (exit 3)
 HANG_KV = ""  # a kv dtype on which `run` hangs
 HANG_FILE = ""  # if set, HANG_KV hangs only while this file exists
