@@ -188,6 +188,13 @@ def test_embeddings_are_invariant(tiny: Any, kv: str) -> None:
         assert res.embedding is not None and res.ids == () and res.finish_reason == "stop"
         emb = np.frombuffer(res.embedding, np.float32)
         assert emb.shape == (tiny.config.hidden_size,) and np.all(np.isfinite(emb))
+        # the final hidden state of the last row: through the head it gives that row's
+        # logits, whose top two make the same request's first margin and token
+        logits = tiny.ops.to_numpy(tiny.ops.linear(emb[None, :], tiny.lm_head))[0]
+        complete = got[r.id[1:]]
+        assert int(np.argmax(logits)) == complete.ids[0]
+        top2 = np.partition(logits, -2)[-2:]
+        assert np.float64(top2[1] - top2[0]).tobytes() == complete.margins[:8]
     assert len({got[r.id].embedding for r in embeds}) == len(embeds)
 
 
