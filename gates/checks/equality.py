@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,8 @@ def _diff(
         return d
     d["a_ids"], d["b_ids"] = a[i : i + WINDOW], b[i : i + WINDOW]
     d["a_margin"], d["b_margin"] = _margin(ra, i), _margin(rb, i)
+    ms = [abs(float(v)) for v in ra.get("margins") or [] if isinstance(v, (int, float))]
+    d["median_margin"] = statistics.median(ms) if ms else None
     if decode is not None:
         d["a_text"], d["b_text"] = decode(d["a_ids"]), decode(d["b_ids"])
         d["common_text"] = decode(a[:i])[-40:]
@@ -120,9 +123,12 @@ def compare(
     return out
 
 
-def describe_margin(a: float | None, b: float | None) -> str:
+def describe_margin(a: float | None, b: float | None, median: float | None = None) -> str:
+    """A near-tie: below NEAR_TIE, or below a tenth of the reply's median margin."""
     vals = [v for v in (a, b) if v is not None]
     if not vals:
         return "no margin reported"
-    tie = min(abs(v) for v in vals) < NEAR_TIE
-    return "a near-tie" if tie else "not a near-tie"
+    low = min(abs(v) for v in vals)
+    tie = low < NEAR_TIE or (median is not None and low < 0.1 * median)
+    ctx = f"the reply's median margin is {median:.3g}; " if median is not None else ""
+    return ctx + ("a near-tie" if tie else "not a near-tie")

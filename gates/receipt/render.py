@@ -140,7 +140,7 @@ def _diff_line(d: dict[str, Any], an: str, bn: str) -> str:
 
         margin = (
             f"; margin at {i}: {an} {m(d.get('a_margin'))}, {bn} {m(d.get('b_margin'))}"
-            f" ({describe_margin(d.get('a_margin'), d.get('b_margin'))})"
+            f" ({describe_margin(d.get('a_margin'), d.get('b_margin'), d.get('median_margin'))})"
         )
     lens = ""
     if d.get("a_len") != d.get("b_len"):

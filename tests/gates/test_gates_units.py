@@ -50,7 +50,7 @@ def test_compare_counts_and_divergence():
     assert equality.describe_margin(d["a_margin"], d["b_margin"]) == "a near-tie"
     line = render._diff_line(d, "base", "head")
     assert "tokens differ from index 1" in line and "[2, 3]" in line and "[9, 3]" in line
-    assert "margin at 1: base 0.25, head 0.005 (a near-tie)" in line
+    assert "margin at 1: base 0.25, head 0.005 (" in line and "a near-tie)" in line
 
 
 def test_compare_error_on_one_side_and_missing_reply():
