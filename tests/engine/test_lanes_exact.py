@@ -257,3 +257,32 @@ def test_a_batch_dependent_op_is_caught(tiny: Any, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(type(ops), "linear", batch_dependent)
     got = run_requests(tiny, reqs, context=256, parallel=4)
     assert any(got[r.id] != refs[r.id] for r in reqs)
+
+
+@pytest.mark.parametrize("kv_pages", [0, 40])
+def test_a_forward_failing_halfway_leaves_no_trace(tiny: Any, kv_pages: int) -> None:
+    """A forward that fails after some layers wrote K/V (a partial step) ends its streams;
+    the others, and the same request run again on the same pages, say what they say alone."""
+    e = clocked_engine(tiny, context=256, parallel=2, kv_pages=kv_pages, step_rows=16)
+    store = e.kv
+    write = store.write
+    calls = {"n": 0}
+
+    def failing_write(layer: int, pages: list[int], start: int, k: Any, v: Any) -> None:
+        if start == 32 and len(k) == 16:  # the victim's third step
+            calls["n"] += 1
+            if calls["n"] == 3:  # layer 2 of 4: layers 0 and 1 wrote their rows
+                raise RuntimeError("device lost")
+        write(layer, pages, start, k, v)
+
+    store.write = failing_write
+    victim = e.submit(Request("victim", ids(70, 21), max_tokens=6))
+    other = e.submit(Request("other", ids(9, 22), max_tokens=12))
+    e.run()
+    assert victim.finish_reason == "error" and "device lost" in victim.error
+    assert Result.of(other) == solo(tiny, other.req)
+    store.write = write
+    again = e.submit(replace(victim.req, id="again", arrival=e.clock.now() - e.t0))
+    e.run()
+    assert Result.of(again) == solo(tiny, victim.req)
+    assert e.plan.pages_in_use == 0
