@@ -76,6 +76,20 @@ class PagePlan:
                 return page
         raise RuntimeError("page pool exhausted")  # can_open() guards this
 
+    def _cached_prefix(self, prompt: list[int]) -> list[tuple[bytes, int]]:
+        """Cached pages that hold the prompt's prefix, keeping at least one token to feed
+        (so the first step yields logits)."""
+        found = []
+        for key in self._chain(prompt[: len(prompt) - 1]) if self.paging else []:
+            page = self.cache.get(key)
+            if page is None:
+                break
+            found.append((key, page))
+        return found
+
+    def reusable_rows(self, prompt: list[int]) -> int:
+        return len(self._cached_prefix(prompt)) * self.page_rows
+
     def open(self, rows: int, prompt: list[int]) -> LaneRun:
         """Take a lane and pages for `rows` rows, reusing cached pages of the prompt's prefix."""
         run = LaneRun(lane=self.free_lanes.pop(0))
@@ -83,11 +97,7 @@ class PagePlan:
             base = run.lane * self.per_lane
             run.pages = list(range(base, base + self.per_lane))
         else:
-            # keep at least one prompt token to feed, so the first step yields logits
-            for key in self._chain(prompt[: len(prompt) - 1]):
-                page = self.cache.get(key)
-                if page is None:
-                    break
+            for key, page in self._cached_prefix(prompt):
                 self.cache.move_to_end(key)
                 run.pages.append(page)
             run.reused_rows = len(run.pages) * self.page_rows

@@ -95,7 +95,8 @@ class Engine:
         return req.max_tokens if req.kind == "complete" else 0  # an embed generates none
 
     def _rows_needed(self, s: Stream) -> int:
-        extra = self.drafter.max_tokens(self.cfg.draft_tokens) if s.req.draft else 0
+        drafted = s.req.draft and s.req.kind == "complete"
+        extra = self.drafter.max_tokens(self.cfg.draft_tokens) if drafted else 0
         return s.prompt_len + self._generated_rows(s.req) + extra
 
     # ---- loop -----------------------------------------------------------------------
@@ -148,6 +149,9 @@ class Engine:
         return True
 
     def _view(self, s: Stream) -> policy.StreamView:
+        if s.run is None:  # a resumed prompt whose uncached rest fits one step is short
+            rest = s.prompt_len - self.plan.reusable_rows(s.req.prompt_ids)
+            s.long = rest > self.cfg.step_rows
         phase = ("long" if s.long else "short") if s.prefilling else "decoding"
         return policy.StreamView(
             id=s.sid,

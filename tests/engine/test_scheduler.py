@@ -285,3 +285,18 @@ def test_fake_clock_times_events() -> None:
     e.run()
     kinds = [(ev.kind, round(ev.start, 6), round(ev.seconds, 6)) for ev in e.events]
     assert kinds == [("short", 0.0, 0.02), ("round", 0.02, 0.011), ("round", 0.031, 0.011)]
+
+
+def test_a_resumed_prompt_whose_uncached_rest_fits_one_step_is_short():
+    """Turn 2 extends turn 1: with turn 1's pages cached, only a few rows are left, so it
+    is filled as a short prompt and does not wait for decode debt."""
+    engine = fake_engine(parallel=2, share=0.01, step_rows=64, kv_pages=128)
+    first = engine.submit(req("t1", 200, max_tokens=4))
+    engine.run()
+    turn2 = first.tokens + ids(5, salt=9, vocab=500)
+    engine.submit(req("decoder", 3, max_tokens=50, salt=3))
+    second = engine.submit(Request("t2", turn2, max_tokens=2, ignore_eos=True))
+    engine.run()
+    assert [engine.events[i].kind for i in prompt_events(engine, second)] == ["short"]
+    assert second.run is None and engine.stats["prefill_tokens"] < 200 + 3 + len(turn2)
+    assert_idle_clean(engine)
