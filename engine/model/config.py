@@ -79,6 +79,15 @@ class ModelConfig:
             )
         if raw.get("rope_scaling"):
             raise InputError(f"{source}: key 'rope_scaling' is not supported (must be null)")
+        # transformers 5 writes rope settings only under rope_parameters
+        rope = raw.get("rope_parameters") or {}
+        if not isinstance(rope, dict):
+            raise InputError(f"{source}: key 'rope_parameters' must be an object")
+        if rope.get("rope_type", "default") != "default":
+            raise InputError(
+                f"{source}: rope_parameters.rope_type '{rope['rope_type']}' is not supported"
+            )
+        theta = raw.get("rope_theta", rope.get("rope_theta", 10000.0))
         eos = raw.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
         return cls(
@@ -89,7 +98,7 @@ class ModelConfig:
             num_heads=heads,
             num_kv_heads=int(kv_heads),
             head_dim=int(head_dim),
-            rope_theta=float(raw.get("rope_theta", 10000.0)),
+            rope_theta=float(theta),
             rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
             max_position_embeddings=need("max_position_embeddings", int),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),

@@ -156,3 +156,16 @@ def test_tokenizer_round_trip_chat_template_and_ids_past_vocab():
     chat = tok.apply_chat_template([{"role": "user", "content": "hi"}])
     assert chat.startswith("<|im_start|>user\nhi<|im_end|>") and chat.endswith("assistant\n")
     assert tok.decode([tok.vocab_size + 5, *tok.encode("ok")]) == "\ufffdok"
+
+
+def test_rope_theta_from_transformers5_rope_parameters(tmp_path):
+    write_model(tmp_path)
+    raw = json.loads((tmp_path / "config.json").read_text())
+    del raw["rope_theta"]
+    raw["rope_parameters"] = {"rope_type": "default", "rope_theta": 1000000.0}
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    assert ModelConfig.from_dir(tmp_path).rope_theta == 1e6
+    raw["rope_parameters"]["rope_type"] = "yarn"
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(InputError, match="yarn"):
+        ModelConfig.from_dir(tmp_path)

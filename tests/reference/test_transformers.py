@@ -21,7 +21,7 @@ Reported, not asserted: how often greedy ids still match with our bf16 KV cache.
 
 Checkpoints keep `rope_theta` at the top of config.json as transformers 4.x and the
 published Qwen3 checkpoints do; transformers 5 writes it only under `rope_parameters`,
-which our config reader does not yet read (test_rope_parameters_layout, xfail).
+which our config reader also reads (test_rope_parameters_layout).
 """
 
 from __future__ import annotations
@@ -132,12 +132,6 @@ def test_greedy_ids_bf16_kv_report(built: Built) -> None:
     print(f"\n[{built.case.name}] " + C.summary("greedy ids, bf16 KV (report only)", results))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine/model/config.py reads rope_theta only at the top level of config.json; "
-    "transformers 5 writes it only under rope_parameters, so the engine uses 10000. Remove "
-    "this mark once the config reader falls back to rope_parameters.rope_theta.",
-)
 def test_rope_parameters_layout(tmp_path: Path) -> None:
     """config.json exactly as transformers 5 writes it: rope_theta only in rope_parameters."""
     if int(transformers.__version__.split(".")[0]) < 5:
