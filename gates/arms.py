@@ -97,6 +97,8 @@ class ArmRunner:
             return
         assert side.worktree is not None
         extra: list[str] = []
+        if cfg.get("drafter_model") and cfg["drafter"] not in TRUTH_DRAFTERS:
+            extra = ["--drafter-model", str(self.models[cfg["drafter_model"]])]
         key_cfg = dict(cfg)
         twin = truth_of(arm)
         if twin is not None:
@@ -134,7 +136,12 @@ class ArmRunner:
         fx = {
             k: v
             for k, v in self.fixtures.items()
-            if k in (f"model:{cfg['model']}", f"prompts:{cfg['prompts']}")
+            if k
+            in (
+                f"model:{cfg['model']}",
+                f"prompts:{cfg['prompts']}",
+                f"model:{cfg.get('drafter_model')}",
+            )
         }
         key = store.arm_key(
             side.engine_tree or "", key_cfg, prompts.digest(data), fx, store.fingerprint(), key_env

@@ -51,7 +51,7 @@ SCALARS = {
     "timeout": (int, 900),
     "columns": (str, None),
 }
-TOP_KEYS = {"name", "description", "axes", "gates", "speed", *AXES, *SCALARS}
+TOP_KEYS = {"name", "description", "axes", "gates", "speed", "drafter_models", *AXES, *SCALARS}
 SIDES = ("base", "head")
 GATE_KINDS = ("across_commits", "within_commit", "resumed", "resource")
 RESOURCE_LIMITS = ("pages_in_use", "unplanned_allocations")
@@ -87,6 +87,7 @@ class Matrix:
     gates: list[Gate]
     speed: dict[str, Any] | None
     description: str = ""
+    drafter_models: dict[str, str] = field(default_factory=dict)  # drafter -> its directory
 
     def points(self) -> list[dict[str, Any]]:
         """The cartesian product of the axes, as dicts."""
@@ -315,6 +316,11 @@ def load(path: str | Path) -> Matrix:
         if n in names[:i]:
             raise _fail(p, f"gates[{i}].name", "a name not used by another gate", n)
     desc = raw.get("description", "")
+    dm = raw.get("drafter_models") or {}
+    if not isinstance(dm, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v for k, v in dm.items()
+    ):
+        raise _fail(p, "drafter_models", "a mapping of drafter name -> directory", dm)
     return Matrix(
         path=p,
         name=str(raw.get("name") or p.stem),
@@ -323,6 +329,7 @@ def load(path: str | Path) -> Matrix:
         gates=gates,
         speed=_speed(p, raw.get("speed")),
         description=str(desc) if desc else "",
+        drafter_models=dict(dm),
     )
 
 

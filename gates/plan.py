@@ -92,6 +92,8 @@ def _config(m: Matrix, point: dict[str, Any], **variant: Any) -> dict[str, Any]:
         **point,
         **{k: v for k, v in m.scalars.items() if k not in ("timeout", "columns") and v is not None},
     }
+    if c["drafter"] in m.drafter_models:
+        c["drafter_model"] = m.drafter_models[c["drafter"]]
     c["serial"] = bool(variant.get("serial", False))
     c["resumed"] = bool(variant.get("resumed", False))
     if c["serial"]:

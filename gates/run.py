@@ -91,6 +91,11 @@ def run(opts: Options) -> int:
         if not p.is_dir():
             raise BadInput(f"{mpath}: model: {name!r} is not a directory under {root}")
         models[name] = p
+    for name in m.drafter_models.values():
+        p = Path(name) if Path(name).is_absolute() else root / name
+        if not p.is_dir():
+            raise BadInput(f"{mpath}: drafter_models: {name!r} is not a directory under {root}")
+        models[name] = p
     the_plan = plan.build(m, sets)
 
     sides = {"base": refs.side(repo, "base", opts.base), "head": refs.side(repo, "head", opts.head)}
