@@ -50,6 +50,7 @@ BASE = "model: m\nprompts: p\ngates:\n  - name: g\n    across_commits: {}\n"
             "a non-negative integer",
         ),
         (BASE + "max_tokens: many\n", "max_tokens", "a int"),
+        (BASE + "drafter_models: [x]\n", "drafter_models", "a mapping of drafter name"),
         (BASE + "speed: {runs: 0}\n", "speed.runs", "at least 1"),
         (
             BASE + "  - name: g\n    across_commits: {}\n",
@@ -135,6 +136,14 @@ gates:
     assert all(c.b.config["resumed"] and c.a.config["serial"] for c in resumed)
     assert {c.arm.side for c in p.checks} == {"head"}
     assert len(p.arms) == len(set(p.arms))
+
+
+def test_drafter_models_reach_the_arms_of_that_drafter(tmp_path):
+    text = BASE + "axes: {drafter: [none, block, noisy]}\ndrafter_models: {block: d/blk}\n"
+    p = plan.build(matrix.load(write(tmp_path, text)), {"p": [{"id": "a", "prompt_ids": [1]}]})
+    by = {a.config["drafter"]: a.config for a in p.arms}
+    assert by["block"]["drafter_model"] == "d/blk"
+    assert "drafter_model" not in by["none"] and "drafter_model" not in by["noisy"]
 
 
 def test_resumed_requests_send_first_turns_first():
