@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,19 @@ class ModelConfig:
             raise InputError(f"{path}: not valid JSON ({exc})") from None
         if not isinstance(raw, dict):
             raise InputError(f"{path}: expected a JSON object")
-        return cls.from_dict(raw, source=str(path))
+        config = cls.from_dict(raw, source=str(path))
+        gen_path = Path(model_dir) / "generation_config.json"
+        if gen_path.is_file():  # generation stops at its eos ids too, as transformers does
+            try:
+                eos = json.loads(gen_path.read_text()).get("eos_token_id")
+            except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as exc:
+                raise InputError(f"{gen_path}: not a valid JSON object ({exc})") from None
+            extra = eos if isinstance(eos, list) else [] if eos is None else [eos]
+            if not all(isinstance(i, int) for i in extra):
+                raise InputError(f"{gen_path}: eos_token_id must be an id or a list of ids")
+            ids = tuple(dict.fromkeys([*config.eos_token_ids, *extra]))
+            config = replace(config, eos_token_ids=ids)
+        return config
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "config.json") -> ModelConfig:

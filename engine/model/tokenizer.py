@@ -55,11 +55,11 @@ class Tokenizer:
                 run.append(i)
                 continue
             if run:
-                out.append(self._tok.decode(run, skip_special_tokens=False))
+                out.append(self._tok.decode(run, skip_special_tokens=True))
                 run = []
             out.append("\ufffd")
         if run:
-            out.append(self._tok.decode(run, skip_special_tokens=False))
+            out.append(self._tok.decode(run, skip_special_tokens=True))
         return "".join(out)
 
     def apply_chat_template(

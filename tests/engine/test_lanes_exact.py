@@ -58,6 +58,7 @@ def mixed(
             temperature=temperature,
             seed=seed + i,
             arrival=gap * ((i * 5) % len(lengths)),
+            ignore_eos=i % 2 == 0,  # half run their full length, so streams overlap
             priority="background" if i % 3 == 2 else "foreground",
         )
         for i, n in enumerate(lengths)
@@ -199,7 +200,7 @@ def test_embeddings_are_invariant(tiny: Any, kv: str) -> None:
 
 
 def test_stop_ids_and_max_tokens_on_the_real_model(tiny: Any) -> None:
-    base = Request("s", ids(33, 6), max_tokens=12)
+    base = Request("s", ids(33, 6), max_tokens=12, ignore_eos=True)
     full = solo(tiny, base)
     stop = full.ids[5]
     cut = full.ids.index(stop) + 1

@@ -169,3 +169,13 @@ def test_rope_theta_from_transformers5_rope_parameters(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(raw))
     with pytest.raises(InputError, match="yarn"):
         ModelConfig.from_dir(tmp_path)
+
+
+def test_generation_config_eos_ids_also_stop(tmp_path):
+    write_model(tmp_path)
+    assert ModelConfig.from_dir(tmp_path).eos_token_ids == (319,)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [7, 319]}))
+    assert ModelConfig.from_dir(tmp_path).eos_token_ids == (319, 7)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": "x"}))
+    with pytest.raises(InputError, match="generation_config.json"):
+        ModelConfig.from_dir(tmp_path)
