@@ -40,9 +40,11 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def fixtures(session: nox.Session) -> None:
-    """Rebuild the bundled tiny models (deterministic)."""
-    session.install("-e", ".")
-    session.run("python", "-m", "fixtures.make_tiny_qwen3", *session.posargs)
+    """Retrain the bundled tiny models and drafters (torch on CPU, deterministic, ~12 min).
+
+    `nox -s fixtures -- --minutes 0.3` for a quick run into fixtures/models."""
+    session.install("-e", ".[train]")
+    session.run("python", "-m", "fixtures.train_tiny", *session.posargs)
 
 
 try:  # sessions kept beside this file, one concern each
