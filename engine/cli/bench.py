@@ -60,8 +60,8 @@ def _measure(model: Any, args: argparse.Namespace, n: int) -> dict[str, float]:
         "decode_tok_s": decoded / round_s if round_s else 0.0,
         "ttft_s": first,
         "wall_s": wall,
-        "accepted_per_round": (sum(s.accepted for s in streams) + decoded)
-        / max(1, engine.stats["rounds"] * n),
+        "tokens_per_round": decoded / max(1, sum(s.rounds for s in streams)),
+        "acceptance": sum(s.accepted for s in streams) / max(1, sum(s.drafted for s in streams)),
     }
 
 
