@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from engine.draft.lifecycle import LaneDrafter
 from engine.kv.plan import PagePlan
 
 
@@ -24,26 +25,11 @@ class Drafter(Protocol):
     def release(self, stream: Any) -> None: ...
 
 
-class NoDrafter:
-    taps: tuple[int, ...] = ()
+class NoDrafter(LaneDrafter):
+    """Plain decoding: proposes nothing and keeps no state."""
 
     def max_tokens(self, k: int) -> int:
         return 0
 
-    def plan(self, plan: PagePlan, model: Any) -> None:
-        pass
-
     def open(self, stream: Any) -> None:
-        pass
-
-    def absorb_prompt(self, stream: Any, segment: Any, out: Any) -> None:
-        pass
-
-    def propose(self, stream: Any, k: int) -> list[int]:
-        return []
-
-    def absorb(self, stream: Any, out: Any, accepted: int, emitted: list[int]) -> None:
-        pass
-
-    def release(self, stream: Any) -> None:
         pass
