@@ -13,7 +13,6 @@ nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 
-
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check."""
@@ -47,11 +46,6 @@ def fixtures(session: nox.Session) -> None:
     session.run("python", "-m", "fixtures.train_tiny", *session.posargs)
 
 
-try:  # sessions kept beside this file, one concern each
-    from noxfile_gates import *  # noqa: F401,F403
-except ImportError:
-    pass
-try:
-    from noxfile_reference import *  # noqa: F401,F403
-except ImportError:
-    pass
+# sessions kept beside this file, one concern each
+from noxfile_gates import *  # noqa: E402,F401,F403
+from noxfile_reference import *  # noqa: E402,F401,F403
