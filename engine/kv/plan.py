@@ -8,6 +8,7 @@ extends it (a second chat turn) reuses those pages instead of recomputing them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -59,12 +60,7 @@ class PagePlan:
         return not self.paging or self.pages_for(rows) <= self.total_pages
 
     def _chain(self, tokens: list[int]) -> list[bytes]:
-        keys, h = [], b""
-        r = self.page_rows
-        for i in range(len(tokens) // r):
-            h = hashlib.sha256(h + str(tokens[i * r : (i + 1) * r]).encode()).digest()
-            keys.append(h)
-        return keys
+        return list(_chain_keys(tuple(tokens), self.page_rows))
 
     def _take_page(self) -> int:
         if self.free_pages:
@@ -130,3 +126,16 @@ class PagePlan:
         self.free_lanes.sort()
         run.lane = -1
         run.pages = []
+
+
+@functools.lru_cache(maxsize=1024)
+def _chain_keys(tokens: tuple[int, ...], page_rows: int) -> tuple[bytes, ...]:
+    """A hash chain over the full pages of `tokens`: key i covers pages 0..i. Cached, since
+    the round loop asks again for every waiting prompt at every step."""
+    keys, h = [], b""
+    for i in range(len(tokens) // page_rows):
+        h = hashlib.sha256(
+            h + str(list(tokens[i * page_rows : (i + 1) * page_rows])).encode()
+        ).digest()
+        keys.append(h)
+    return tuple(keys)
