@@ -19,6 +19,7 @@ def reply(s: Stream, tokenizer: Any) -> dict[str, Any]:
         "prompt_tokens": s.prompt_len,
         "margins": [round(m, 6) for m in s.margins],
         "min_margin": round(min(s.margins), 6) if s.margins else None,
+        "logit_hashes": list(s.logit_hashes),
         "drafted": s.drafted,
         "accepted": s.accepted,
     }

@@ -15,7 +15,7 @@ from engine.kv.plan import PagePlan
 from engine.lanes import policy
 from engine.lanes.clock import RealClock
 from engine.lanes.request import Request
-from engine.lanes.sampling import margin, sample
+from engine.lanes.sampling import logit_hash, margin, sample
 from engine.lanes.stream import Stream
 from engine.model.qwen3 import Segment
 
@@ -243,6 +243,7 @@ class Engine:
             tok = sample(row, s.req.temperature, s.req.seed, len(s.tokens) + i)
             emitted.append(tok)
             s.margins.append(margin(row))
+            s.logit_hashes.append(logit_hash(row))
             if tok in stops or len(s.generated) + len(emitted) >= s.req.max_tokens:
                 break
             if i >= len(drafts) or tok != drafts[i]:

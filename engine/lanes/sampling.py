@@ -4,6 +4,8 @@ token depends only on its row's logits, the seed and its position."""
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -38,3 +40,10 @@ def margin(logits: np.ndarray) -> float:
     """Top-1 minus top-2 logit."""
     top2 = np.partition(logits, -2)[-2:]
     return float(top2[1] - top2[0])
+
+
+def logit_hash(logits: np.ndarray) -> str:
+    """16 hex chars of blake2b (8 bytes) over the row as contiguous float32 bytes: equal
+    hashes mean bit-equal logits, which a greedy token alone does not show."""
+    data = np.ascontiguousarray(logits, dtype=np.float32).tobytes()
+    return hashlib.blake2b(data, digest_size=8).hexdigest()[:16]

@@ -19,6 +19,7 @@ class Stream:
     tokens: list[int] = field(default_factory=list)
     fed: int = 0
     margins: list[float] = field(default_factory=list)
+    logit_hashes: list[str] = field(default_factory=list)
     finish_reason: str | None = None
     error: str | None = None
     embedding: np.ndarray | None = None

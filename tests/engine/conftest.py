@@ -53,13 +53,13 @@ class Result:
     margins: bytes
     finish_reason: str
     embedding: bytes | None
+    logit_hashes: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, s: Any) -> Result:
         emb = None if s.embedding is None else np.asarray(s.embedding, np.float32).tobytes()
-        return cls(
-            tuple(s.generated), np.asarray(s.margins, np.float64).tobytes(), s.finish_reason, emb
-        )
+        margins = np.asarray(s.margins, np.float64).tobytes()
+        return cls(tuple(s.generated), margins, s.finish_reason, emb, tuple(s.logit_hashes))
 
 
 def clocked_engine(

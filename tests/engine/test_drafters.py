@@ -54,7 +54,8 @@ def requests(sampled: bool) -> list[Request]:
     ]
 
 
-def run(model, drafter=None, sampled=False, **cfg) -> tuple[dict[str, list[int]], Engine]:
+def run(model, drafter=None, sampled=False, **cfg) -> tuple[dict[str, tuple], Engine]:
+    """Each request's (generated ids, logit hashes): drafted rows must be bit-equal too."""
     engine = Engine(model, EngineConfig(context=256, **cfg), drafter=drafter)
     for r in requests(sampled):
         engine.submit(r)
@@ -62,7 +63,7 @@ def run(model, drafter=None, sampled=False, **cfg) -> tuple[dict[str, list[int]]
     assert engine.plan.pages_in_use == 0
     assert engine.plan.unplanned_allocations == 0
     assert all(s.finish_reason in ("stop", "length") for s in done), [s.error for s in done]
-    return {s.req.id: s.generated for s in done}, engine
+    return {s.req.id: (s.generated, s.logit_hashes) for s in done}, engine
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +92,7 @@ def test_drafted_equals_plain(model, block_dir, plain, name, parallel, paging, k
     elif name == "block":
         drafter = BlockDrafter(model, block_dir)
     else:
-        drafter = NoisyDrafter(truth=plain[kv, sampled])
+        drafter = NoisyDrafter(truth={i: ids for i, (ids, _) in plain[kv, sampled].items()})
     out, engine = run(
         model, drafter, sampled, parallel=parallel, kv_pages=paging, kv=kv, draft_tokens=k
     )
@@ -102,7 +103,8 @@ def test_drafted_equals_plain(model, block_dir, plain, name, parallel, paging, k
 
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
 def test_oracle_is_always_accepted(model, plain, k):
-    out, engine = run(model, OracleDrafter(truth=plain["bf16", False]), parallel=4, draft_tokens=k)
+    truth = {i: ids for i, (ids, _) in plain["bf16", False].items()}
+    out, engine = run(model, OracleDrafter(truth=truth), parallel=4, draft_tokens=k)
     assert out == plain["bf16", False]
     for s in engine.finished:
         assert s.accepted == s.drafted

@@ -53,7 +53,7 @@ def run(model, drafter=None, sampled=False, **cfg):
         engine.submit(r)
     done = engine.run()
     assert engine.plan.pages_in_use == 0 and engine.plan.unplanned_allocations == 0
-    return {s.req.id: s.generated for s in done}, done
+    return {s.req.id: (s.generated, s.logit_hashes) for s in done}, done  # bit-equal rows too
 
 
 @pytest.mark.parametrize("name", ["mtp", "block"])

@@ -27,6 +27,7 @@ REPLY_FIELDS = {
     "prompt_tokens",
     "margins",
     "min_margin",
+    "logit_hashes",
     "drafted",
     "accepted",
 }
@@ -95,6 +96,8 @@ def test_replies_follow_the_contract(batch: dict[str, Any]) -> None:
         assert r["token_sha"] == sha(r["ids"])
         assert len(r["margins"]) == len(r["ids"])
         assert r["min_margin"] == (min(r["margins"]) if r["margins"] else None)
+        assert len(r["logit_hashes"]) == len(r["ids"])
+        assert all(len(h) == 16 and int(h, 16) >= 0 for h in r["logit_hashes"])
         assert r["drafted"] == 0 and r["accepted"] == 0
         if r["finish_reason"] != "error":
             assert "error" not in r
@@ -128,6 +131,7 @@ def test_serial_equals_parallel(batch: dict[str, Any]) -> None:
             ser["finish_reason"],
         )
         assert par["margins"] == ser["margins"]
+        assert par["logit_hashes"] == ser["logit_hashes"]
         assert par.get("embedding") == ser.get("embedding")
 
 
