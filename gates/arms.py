@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gates import HARNESS_VERSION, prompts, refs, store
-from gates.execute import ArmJob, Progress, base_env, missing, run_all
+from gates.execute import ArmJob, Progress, base_env, missing, request_keys, run_all, writes_trace
 from gates.plan import Arm, canonical
 
 TRUTH_DRAFTERS = ("oracle", "noisy")
@@ -126,9 +126,18 @@ class ArmRunner:
             )
             extra = ["--drafter-model", str(truth)]
             key_cfg["drafter_truth"] = self.rows[twin]["key"]
-        data = prompts.encode(
-            prompts.requests_for(self.sets[cfg["prompts"]], cfg["max_tokens"], cfg["resumed"])
-        )
+        caps = self.caps[arm.side][0] or {}
+        lines, dropped = [], {}
+        known = request_keys(caps)
+        for r in prompts.requests_for(self.sets[cfg["prompts"]], cfg["max_tokens"], cfg["resumed"]):
+            unknown = sorted(set(r) - known)
+            if unknown:  # an older engine would ignore the key and answer another request
+                dropped[r["id"]] = f"the {arm.side} engine has no request key {unknown[0]}"
+            else:
+                lines.append(r)
+        if dropped:
+            row["dropped"] = dropped
+        data = prompts.encode(lines)
         env = base_env(side.worktree, cfg["backend"], cfg["flags"], self.cache)
         key_env = {
             k: env[k] for k in sorted(env) if k.startswith("ENGINE_") or k == "OMP_NUM_THREADS"
@@ -165,6 +174,7 @@ class ArmRunner:
                     workdir=self.cache / "runs" / key[:20],
                     env=env,
                     extra_args=extra,
+                    trace=writes_trace(caps),
                 )
             )
         pending.setdefault(key, []).append(arm)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gates.checks import equality, resources
-from gates.matrix import Matrix
-from gates.plan import Arm, Comparison, Plan, ResourceCheck
+from gates.checks import acceptance, equality, resources, schedule
+from gates.matrix import Gate, Matrix
+from gates.plan import Arm, Comparison, PairCheck, Plan, ResourceCheck, ScheduleCheck
 
 MAX_DIFFS = 5  # per comparison, kept in the manifest
 ORDER = ("fail", "could_not_run", "pass", "not_comparable")
@@ -104,7 +104,8 @@ def _comparison(
     if blocked:
         e["status"], e["reason"], e["stderr_tail"] = blocked
         return e
-    got = equality.compare(results[c.a], results[c.b], c.only_ids, requests, decode)
+    dropped = {**rows[c.a].get("dropped", {}), **rows[c.b].get("dropped", {})}
+    got = equality.compare(results[c.a], results[c.b], c.only_ids, requests, decode, dropped)
     e.update(
         matched=got["matched"],
         total=got["total"],
@@ -117,23 +118,37 @@ def _comparison(
 
 
 def _check(
-    c: ResourceCheck, rows: dict[Arm, dict[str, Any]], results: dict[Arm, dict[str, Any]]
+    c: ResourceCheck | ScheduleCheck | PairCheck,
+    rows: dict[Arm, dict[str, Any]],
+    results: dict[Arm, dict[str, Any]],
+    gate: Gate,
 ) -> dict[str, Any]:
+    """A check of one arm (resource, schedule) or of base against head (behaviour)."""
+    arms = (c.a, c.b) if isinstance(c, PairCheck) else (c.arm,)
     e: dict[str, Any] = {
         "column": c.column,
-        "arm": c.arm.id,
+        "arm": arms[-1].id,
         "reason": "",
         "values": {},
         "matched": 0,
         "total": 0,
     }
-    blocked = _blocked((c.arm,), rows, results)
+    blocked = _blocked(arms, rows, results)
     if blocked:
         e["status"], e["reason"], e["stderr_tail"] = blocked
         return e
-    got = resources.check(results[c.arm], c.limits)
+    if isinstance(c, ResourceCheck):
+        got = resources.check(results[c.arm], c.limits)
+    elif isinstance(c, ScheduleCheck):
+        got = schedule.check(results[c.arm], c.budgets)
+    elif gate.kind == "schedule_across_commits":
+        got = schedule.compare(results[c.a], results[c.b], gate.metrics, gate.worse_by)
+    else:
+        got = acceptance.compare(results[c.a], results[c.b], gate.max_drop)
     e["values"] = got["values"]
     e["reason"] = "; ".join(got["problems"])
+    if got.get("notice"):
+        e["notice"] = got["notice"]
     e["total"] = 1
     if got["ok"] is None:
         e["status"] = "not_comparable"
@@ -168,9 +183,9 @@ def evaluate(
                 cfg = c.b.config
                 reqs = {r["id"]: r for r in sets[cfg["prompts"]]}
                 entries.append(_comparison(c, rows, results, reqs, decoders.get(cfg["model"])))
-        for rc in plan.checks:
+        for rc in [*plan.checks, *plan.schedule_checks, *plan.pairs]:
             if rc.gate == gate.name:
-                entries.append(_check(rc, rows, results))
+                entries.append(_check(rc, rows, results, gate))
         cells: dict[str, dict[str, Any]] = {}
         for e in entries:
             cell = cells.setdefault(e["column"], {"matched": 0, "total": 0, "states": []})
@@ -196,5 +211,7 @@ def evaluate(
             g["reference"] = gate.reference
         if gate.kind == "resource":
             g["limits"] = gate.limits
+        if gate.kind == "schedule":
+            g["limits"] = gate.budgets
         out.append(g)
     return out

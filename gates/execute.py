@@ -44,6 +44,8 @@ REPLY_KEYS = (
     "drafted",
     "accepted",
     "error",
+    "logit_hashes",
+    "embedding",
 )
 TAIL = 2000
 
@@ -143,6 +145,8 @@ def engine_args(c: dict[str, Any]) -> list[str]:
         args += ["--parallel", str(c["parallel"])]
     if c["paging"] == "on":
         args += ["--kv-pages", str(c.get("pages") or 256)]
+    elif c["paging"] != "off":  # a pool of this many pages
+        args += ["--kv-pages", str(c["paging"])]
     if c["drafter"] != "none":
         args += ["--drafter", str(c["drafter"])]
         if c.get("draft_tokens"):
@@ -151,12 +155,44 @@ def engine_args(c: dict[str, Any]) -> list[str]:
         ("context", "--context"),
         ("page_rows", "--page-rows"),
         ("step_rows", "--step-rows"),
+        ("share", "--share"),
     ):
         if c.get(key):
             args += [flag, str(c[key])]
     if c.get("serial"):
         args.append("--serial")
     return args
+
+
+# The request keys of contract 1; a later engine lists its own in ``request_keys``.
+V1_REQUEST_KEYS = frozenset(
+    [
+        "id",
+        "prompt",
+        "prompt_ids",
+        "messages",
+        "max_tokens",
+        "kind",
+        "stop_ids",
+        "temperature",
+        "seed",
+        "priority",
+        "arrival",
+        "draft",
+        "cancel_after",
+        "ignore_eos",
+    ]
+)
+
+
+def request_keys(caps: dict[str, Any]) -> frozenset[str]:
+    keys = caps.get("request_keys")
+    return frozenset(keys) if isinstance(keys, list) else V1_REQUEST_KEYS
+
+
+def writes_trace(caps: dict[str, Any]) -> bool:
+    flags = caps.get("flags")
+    return isinstance(flags, list) and "--trace" in flags and "--virtual-clock" in flags
 
 
 def missing(caps: dict[str, Any], c: dict[str, Any]) -> str | None:
@@ -174,7 +210,7 @@ def missing(caps: dict[str, Any], c: dict[str, Any]) -> str | None:
         return f"no kv {c['kv']}"
     if c["drafter"] != "none" and not listed("drafters", c["drafter"]):
         return f"no drafter {c['drafter']}"
-    if c["paging"] == "on" and not caps.get("paging"):
+    if c["paging"] != "off" and not caps.get("paging"):
         return "no paging"
     if c.get("serial") and not caps.get("serial"):
         return "no --serial"
@@ -201,6 +237,7 @@ class ArmJob:
     workdir: Path
     env: dict[str, str] = field(default_factory=dict)
     extra_args: list[str] = field(default_factory=list)
+    trace: bool = False  # the engine writes a schedule trace (--trace, contract 2)
 
 
 def run_arm(
@@ -233,6 +270,9 @@ def run_arm(
         *engine_args(job.config),
         *job.extra_args,
     ]
+    trace = wd / "trace.jsonl"
+    if job.trace:
+        argv += ["--virtual-clock", "--trace", str(trace)]
     env = dict(job.env)
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = device
@@ -266,6 +306,8 @@ def run_arm(
     try:
         replies = [json.loads(ln) for ln in out.read_text().splitlines() if ln.strip()]
         metrics = json.loads(met.read_text()) if met.exists() else None
+        rows = trace.read_text().splitlines() if job.trace else []
+        schedule = [json.loads(ln) for ln in rows if ln.strip()] if job.trace else None
     except (OSError, json.JSONDecodeError) as e:
         result["reason"] = f"engine exited 0 but its output is unreadable: {e}"
         return result
@@ -283,6 +325,7 @@ def run_arm(
         reason="",
         replies=[{k: r[k] for k in REPLY_KEYS if k in r} for r in replies],
         metrics=metrics if isinstance(metrics, dict) else None,
+        trace=schedule,
     )
     shutil.rmtree(wd, ignore_errors=True)
     return result

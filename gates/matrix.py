@@ -48,13 +48,30 @@ SCALARS = {
     "page_rows": (int, None),
     "step_rows": (int, None),
     "draft_tokens": (int, None),
+    "share": (float, None),
     "timeout": (int, 900),
     "columns": (str, None),
 }
 TOP_KEYS = {"name", "description", "axes", "gates", "speed", "drafter_models", *AXES, *SCALARS}
 SIDES = ("base", "head")
-GATE_KINDS = ("across_commits", "within_commit", "resumed", "resource")
-RESOURCE_LIMITS = ("pages_in_use", "unplanned_allocations")
+GATE_KINDS = (
+    "across_commits",
+    "within_commit",
+    "resumed",
+    "resource",
+    "schedule",
+    "schedule_across_commits",
+    "acceptance_across_commits",
+)
+RESOURCE_LIMITS = ("pages_in_use", "unplanned_allocations", "drafter_states")
+SCHEDULE_METRICS = (
+    "max_decode_gap_rounds",
+    "short_ttft_rounds",
+    "long_gap_rounds",
+    "debt_without_decoders",
+)
+# Keys of a schedule rule's body that replace the matrix point's value for its arms.
+SCHEDULE_OVERRIDES = ("prompts", "parallel", "share")
 SPEED_KEYS = {
     "runs": int,
     "parallel": list,
@@ -76,6 +93,12 @@ class Gate:
     reference: Any = None  # within_commit: its reference value ("serial" for parallel)
     values: tuple[Any, ...] | None = None  # within_commit: values to try (default: the axis)
     limits: dict[str, int] = field(default_factory=dict)  # resource: metric -> max allowed
+    budgets: dict[str, float] = field(default_factory=dict)  # schedule: metric -> max allowed
+    override: dict[str, Any] = field(default_factory=dict)  # schedule*: prompts, parallel, share
+    metrics: tuple[str, ...] = ()  # schedule_across_commits: metrics head must not worsen
+    worse_by: float = 0.0  # schedule_across_commits: allowed increase of each metric
+    drafters: tuple[str, ...] = ()  # acceptance_across_commits
+    max_drop: float = 0.0  # acceptance_across_commits: allowed drop of accepted/drafted
 
 
 @dataclass
@@ -108,7 +131,9 @@ def _norm_value(path: Path, key: str, axis: str, value: Any) -> Any:
             return "on"
         if value is False or value == "off":
             return "off"
-        raise _fail(path, key, "on or off", value)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value  # a pool of this many pages (a small pool puts it under pressure)
+        raise _fail(path, key, "on, off or a number of pages in the pool", value)
     if axis == "parallel":
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise _fail(path, key, "a positive integer (1, 2, 4, 8)", value)
@@ -193,6 +218,8 @@ def _gate(path: Path, i: int, raw: Any) -> Gate:
         # The body is a filter, as in `across_commits: {paging: on}`.
         where = {**where, **_where(path, bkey, body)}
         return Gate(name, kind, where, SIDES)
+    if kind in ("schedule", "schedule_across_commits", "acceptance_across_commits"):
+        return _behaviour_gate(path, bkey, name, kind, where, body)
     allowed = {
         "within_commit": {"vary", "reference", "values", "commits"},
         "resumed": {"commits"},
@@ -228,6 +255,61 @@ def _gate(path: Path, i: int, raw: Any) -> Gate:
     if body.get("values") is not None:
         values = tuple(_norm_values(path, f"{bkey}.values", vary, body["values"]))
     return Gate(name, kind, where, sides, vary=vary, reference=reference, values=values)
+
+
+def _number(path: Path, key: str, v: Any, low: float = 0.0) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= low:
+        raise _fail(path, key, f"a number >= {low:g}", v)
+    return float(v)
+
+
+def _overrides(path: Path, bkey: str, body: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k in SCHEDULE_OVERRIDES:
+        if k not in body:
+            continue
+        if k == "share":
+            out[k] = _number(path, f"{bkey}.share", body[k], 1e-9)
+        else:
+            out[k] = _norm_value(path, f"{bkey}.{k}", k, body[k])
+    return out
+
+
+def _behaviour_gate(
+    path: Path, bkey: str, name: str, kind: str, where: dict[str, Any], body: dict[str, Any]
+) -> Gate:
+    """schedule, schedule_across_commits and acceptance_across_commits rules."""
+    if kind == "schedule":
+        allowed = {"commits", *SCHEDULE_OVERRIDES, *SCHEDULE_METRICS}
+    elif kind == "schedule_across_commits":
+        allowed = {*SCHEDULE_OVERRIDES, "metrics", "worse_by"}
+    else:
+        allowed = {"drafter", "max_drop"}
+    for k in body:
+        if k not in allowed:
+            raise _fail(path, f"{bkey}.{k}", f"one of {', '.join(sorted(allowed))}", k)
+    if kind == "acceptance_across_commits":
+        drafters = _norm_values(path, f"{bkey}.drafter", "drafter", body.get("drafter"))
+        if "none" in drafters:
+            raise _fail(path, f"{bkey}.drafter", "drafters other than none", drafters)
+        drop = _number(path, f"{bkey}.max_drop", body.get("max_drop", 0.05))
+        return Gate(name, kind, where, SIDES, drafters=tuple(drafters), max_drop=drop)
+    override = _overrides(path, bkey, body)
+    if kind == "schedule":
+        sides = _sides(path, f"{bkey}.commits", body.get("commits"), ("head",))
+        budgets = {k: _number(path, f"{bkey}.{k}", body[k]) for k in SCHEDULE_METRICS if k in body}
+        if not budgets:
+            raise _fail(path, bkey, f"at least one budget of {', '.join(SCHEDULE_METRICS)}", body)
+        return Gate(name, kind, where, sides, budgets=budgets, override=override)
+    raw = body.get("metrics", list(SCHEDULE_METRICS))
+    metrics = raw if isinstance(raw, list) else [raw]
+    for i, v in enumerate(metrics):
+        if v not in SCHEDULE_METRICS:
+            raise _fail(path, f"{bkey}.metrics[{i}]", f"one of {', '.join(SCHEDULE_METRICS)}", v)
+    worse_by = _number(path, f"{bkey}.worse_by", body.get("worse_by", 0))
+    return Gate(
+        name, kind, where, SIDES, override=override, metrics=tuple(metrics), worse_by=worse_by
+    )
 
 
 def _speed(path: Path, raw: Any) -> dict[str, Any] | None:
@@ -300,6 +382,10 @@ def load(path: str | Path) -> Matrix:
     scalars: dict[str, Any] = {}
     for k, (typ, default) in SCALARS.items():
         v = raw.get(k, default)
+        if typ is float and isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        if typ is float and v is not None and not (isinstance(v, float) and v > 0):
+            raise _fail(p, k, "a number > 0", v)
         if v is not None and (not isinstance(v, typ) or isinstance(v, bool)):
             raise _fail(p, k, f"a {typ.__name__}", v)
         if typ is int and v is not None and v < 1:

@@ -48,10 +48,30 @@ class ResourceCheck:
 
 
 @dataclass
+class ScheduleCheck:
+    gate: str
+    column: str
+    arm: Arm
+    budgets: dict[str, float]
+
+
+@dataclass
+class PairCheck:
+    """The same arm on base (a) and head (b), compared on behaviour, not bits."""
+
+    gate: str
+    column: str
+    a: Arm
+    b: Arm
+
+
+@dataclass
 class Plan:
     arms: list[Arm] = field(default_factory=list)
     comparisons: list[Comparison] = field(default_factory=list)
     checks: list[ResourceCheck] = field(default_factory=list)
+    schedule_checks: list[ScheduleCheck] = field(default_factory=list)
+    pairs: list[PairCheck] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # rules that matched nothing, and why
 
     hide: frozenset[str] = frozenset()
@@ -94,6 +114,8 @@ def _config(m: Matrix, point: dict[str, Any], **variant: Any) -> dict[str, Any]:
     }
     if c["drafter"] in m.drafter_models:
         c["drafter_model"] = m.drafter_models[c["drafter"]]
+    if variant.get("share") is not None:
+        c["share"] = variant["share"]
     c["serial"] = bool(variant.get("serial", False))
     c["resumed"] = bool(variant.get("resumed", False))
     if c["serial"]:
@@ -115,7 +137,7 @@ def _column(m: Matrix, point: dict[str, Any]) -> str:
 
 def _points(m: Matrix, gate: Gate) -> list[dict[str, Any]]:
     where = dict(gate.where)
-    if gate.kind == "across_commits" and "flags" not in where:
+    if gate.kind.endswith("across_commits") and "flags" not in where:
         where["flags"] = [{}]  # "flags unset == main": compare with the new flags left off
     return [p for p in m.points() if _matches(p, where)]
 
@@ -137,6 +159,8 @@ def build(m: Matrix, prompt_sets: dict[str, list[dict[str, Any]]]) -> Plan:
                 plan.comparisons.append(Comparison(gate.name, _column(m, p), a, b))
         elif gate.kind == "within_commit":
             _within(m, gate, points, plan)
+        elif gate.kind in ("schedule", "schedule_across_commits", "acceptance_across_commits"):
+            _behaviour(m, gate, points, plan)
         elif gate.kind == "resumed":
             for side in gate.sides:
                 seen: set[tuple[str, str]] = set()
@@ -154,7 +178,11 @@ def build(m: Matrix, prompt_sets: dict[str, list[dict[str, Any]]]) -> Plan:
         else:
             resource_gates.append(gate)
             continue
-        if len(plan.comparisons) == before:
+        if len(plan.comparisons) == before and gate.kind in (
+            "across_commits",
+            "within_commit",
+            "resumed",
+        ):
             plan.notes.append(
                 f"{gate.name}: no matrix point matches this rule"
                 + (
@@ -181,6 +209,35 @@ def build(m: Matrix, prompt_sets: dict[str, list[dict[str, Any]]]) -> Plan:
         if not checked:
             plan.notes.append(f"{gate.name}: no arm on {'/'.join(gate.sides)} matches")
     return plan
+
+
+def _behaviour(m: Matrix, gate: Gate, points: list[dict[str, Any]], plan: Plan) -> None:
+    """Arms of the schedule and acceptance rules: each matching point, with the rule's
+    own prompt set, lanes and share (schedule) or each of its drafters (acceptance)."""
+    axes = {k: v for k, v in gate.override.items() if k != "share"}
+    share = gate.override.get("share")
+    seen: set[tuple[str, ...]] = set()
+    for p in points:
+        if gate.kind == "acceptance_across_commits":
+            configs = [_config(m, {**p, "drafter": d}) for d in gate.drafters]
+        else:
+            configs = [_config(m, {**p, **axes}, share=share)]
+        for cfg in configs:
+            c = canonical(cfg)
+            if gate.kind == "schedule":
+                for side in gate.sides:
+                    if (side, c) not in seen:
+                        seen.add((side, c))
+                        arm = plan.add(Arm(side, c))
+                        plan.schedule_checks.append(
+                            ScheduleCheck(gate.name, _column(m, cfg), arm, gate.budgets)
+                        )
+            elif (c,) not in seen:
+                seen.add((c,))
+                a, b = plan.add(Arm("base", c)), plan.add(Arm("head", c))
+                plan.pairs.append(PairCheck(gate.name, _column(m, cfg), a, b))
+    if not points:
+        plan.notes.append(f"{gate.name}: no matrix point matches this rule")
 
 
 def _within(m: Matrix, gate: Gate, points: list[dict[str, Any]], plan: Plan) -> None:

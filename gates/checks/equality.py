@@ -1,4 +1,12 @@
-"""Token equality between two arms: bit equality of ids per request id, never closeness."""
+"""Equality between two arms, per request id: the token ids, then the bits behind them.
+
+Two replies are equal when their ids and error state are equal *and* the bits that the
+engine reports about each token are equal: ``logit_hashes`` (a hash of each token's
+float32 logits row), ``margins`` and ``embedding``, each compared only when both replies
+carry it (an older engine may not). Equal ids with other bits is a failure of its own
+kind, "same tokens, other bits", located at the first token where the bits part.
+Never closeness: floats are compared exactly as JSON gives them.
+"""
 
 from __future__ import annotations
 
@@ -34,7 +42,10 @@ def make_decoder(model_dir: Path) -> Decoder | None:
     return decode
 
 
-def first_difference(a: list[int], b: list[int]) -> int | None:
+BITS_FIELDS = ("logit_hashes", "margins")  # per generated token, compared when both carry them
+
+
+def first_difference(a: list[Any], b: list[Any]) -> int | None:
     """Index of the first differing token (the shorter length if one is a prefix)."""
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
@@ -59,6 +70,7 @@ def _diff(
     a, b = list(ra.get("ids") or []), list(rb.get("ids") or [])
     d: dict[str, Any] = {
         "id": rid,
+        "kind": "tokens",
         "prompt_tokens": ra.get("prompt_tokens"),
         "request": request,
         "a_len": len(a),
@@ -85,12 +97,63 @@ def _diff(
     return d
 
 
+def bits_difference(x: dict[str, Any], y: dict[str, Any]) -> tuple[str, int | None] | None:
+    """(field, first differing token index) where equal-id replies part in their bits.
+
+    None when every bit field that both carry is equal. The index is None for fields that
+    are not per token (``embedding``)."""
+    for name in BITS_FIELDS:
+        a, b = x.get(name), y.get(name)
+        if isinstance(a, list) and isinstance(b, list):
+            i = first_difference(a, b)
+            if i is not None:
+                return name, i
+    a, b = x.get("embedding"), y.get("embedding")
+    if isinstance(a, list) and isinstance(b, list) and a != b:
+        return "embedding", first_difference(a, b)
+    return None
+
+
+def _bits_diff(
+    rid: str,
+    ra: dict[str, Any],
+    rb: dict[str, Any],
+    where: tuple[str, int | None],
+    request: dict[str, Any] | None,
+    decode: Decoder | None,
+) -> dict[str, Any]:
+    field_name, i = where
+    ids = list(ra.get("ids") or [])
+    d: dict[str, Any] = {
+        "id": rid,
+        "kind": "bits",
+        "bits_of": field_name,
+        "prompt_tokens": ra.get("prompt_tokens"),
+        "request": request,
+        "index": i,
+        "a_len": len(ids),
+        "b_len": len(ids),
+        "a_finish": ra.get("finish_reason"),
+        "b_finish": rb.get("finish_reason"),
+    }
+    if field_name != "embedding" and i is not None:
+        d["a_margin"], d["b_margin"] = _margin(ra, i), _margin(rb, i)
+        if field_name == "logit_hashes":
+            d["a_hash"] = (ra.get("logit_hashes") or [None] * (i + 1))[i]
+            d["b_hash"] = (rb.get("logit_hashes") or [None] * (i + 1))[i]
+        d["a_ids"] = ids[i : i + WINDOW]
+        if decode is not None:
+            d["a_text"] = decode(d["a_ids"])
+    return d
+
+
 def compare(
     a: dict[str, Any],
     b: dict[str, Any],
     only_ids: list[str] | None = None,
     requests: dict[str, dict[str, Any]] | None = None,
     decode: Decoder | None = None,
+    dropped: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Compare two arm results (``replies`` lists). ``a`` is the reference.
 
@@ -100,7 +163,12 @@ def compare(
     rb = {r["id"]: r for r in b.get("replies", [])}
     ids = [i for i in ra if only_ids is None or i in only_ids]
     out: dict[str, Any] = {"matched": 0, "total": 0, "skipped": [], "diffs": []}
+    for rid, why in (dropped or {}).items():
+        if only_ids is None or rid in only_ids:
+            out["skipped"].append({"id": rid, "reason": why})
     for rid in ids:
+        if rid in (dropped or {}):
+            continue
         x, y = ra[rid], rb.get(rid)
         if y is None:
             out["total"] += 1
@@ -116,10 +184,14 @@ def compare(
         out["total"] += 1
         same_ids = list(x.get("ids") or []) == list(y.get("ids") or [])
         same_state = (x.get("finish_reason") == "error") == (y.get("finish_reason") == "error")
-        if same_ids and same_state:
+        if not (same_ids and same_state):
+            out["diffs"].append(_diff(rid, x, y, (requests or {}).get(rid), decode))
+            continue
+        parted = bits_difference(x, y)
+        if parted is None:
             out["matched"] += 1
         else:
-            out["diffs"].append(_diff(rid, x, y, (requests or {}).get(rid), decode))
+            out["diffs"].append(_bits_diff(rid, x, y, parted, (requests or {}).get(rid), decode))
     return out
 
 

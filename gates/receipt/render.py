@@ -55,13 +55,16 @@ def verdict(man: dict[str, Any]) -> tuple[str, int]:
     return f"✅ all hold{extra}", EXIT_OK
 
 
+ARM_CHECKS = ("resource", "schedule", "schedule_across_commits", "acceptance_across_commits")
+
+
 def cell_text(kind: str, cell: dict[str, Any] | None) -> str:
     if cell is None:
         return "—"
     st, c = cell["status"], cell["counts"]
     count = f"{cell['matched']}/{cell['total']}"
     nc = f" (+{c['not_comparable']} n/c)" if c.get("not_comparable") else ""
-    if kind == "resource":
+    if kind in ARM_CHECKS:
         if st == "pass":
             return f"✅ {count} arms{nc}"
         if st == "fail":
@@ -106,9 +109,10 @@ def failure_lines(man: dict[str, Any]) -> list[dict[str, Any]]:
                 rec["others"].append(f"`{where}`: {o.get('reason', '')}")
                 continue
             d = (o.get("diffs") or [{}])[0]
+            what = "same tokens, other bits at token" if d.get("kind") == "bits" else "from index"
             rec["others"].append(
                 f"`{where}` ({o['a_name']} vs {o['b_name']}) {o['matched']}/{o['total']}; "
-                f"first: `{d.get('id')}` from index {d.get('index')}"
+                f"first: `{d.get('id')}` {what} {d.get('index')}"
             )
         out.append(rec)
     return out
@@ -122,6 +126,8 @@ def _diff_line(d: dict[str, Any], an: str, bn: str) -> str:
     head = f"prompt `{d['id']}` ({rows}{prompt})"
     if d.get("missing"):
         return f"{head}: no reply from {bn}"
+    if d.get("kind") == "bits":
+        return f"{head}: {bits_line(d, an, bn)}"
     if d.get("error"):
         err = d["error"]
         return f"{head}: error on one side only — {an}: {err.get('a')!r}; {bn}: {err.get('b')!r}"
@@ -153,6 +159,22 @@ def _diff_line(d: dict[str, Any], an: str, bn: str) -> str:
         f"{_fmt_ids(d.get('a_ids'))}, {bn} {txt('b_text')} {_fmt_ids(d.get('b_ids'))}"
         f"{whole}{margin}{lens}"
     )
+
+
+def bits_line(d: dict[str, Any], an: str, bn: str) -> str:
+    """A "same tokens, other bits" difference, at the first token where the bits part."""
+    field_name, i = d.get("bits_of"), d.get("index")
+    if field_name == "embedding":
+        return f"same tokens, other bits — the embeddings part at element {i}"
+    ids = _fmt_ids(d.get("a_ids"))
+    text = f" {json.dumps(d['a_text'], ensure_ascii=False)}" if d.get("a_text") else ""
+    out = f"same tokens, other bits — {field_name} part at token {i}{text} {ids}"
+    if d.get("a_hash") or d.get("b_hash"):
+        out += f"; logits hash {an} `{d.get('a_hash')}`, {bn} `{d.get('b_hash')}`"
+    am, bm = d.get("a_margin"), d.get("b_margin")
+    if am is not None or bm is not None:
+        out += f"; margin {an} {am!r}, {bn} {bm!r}"
+    return out
 
 
 def gate_table(man: dict[str, Any]) -> str:
@@ -267,14 +289,24 @@ def skipped(man: dict[str, Any]) -> list[str]:
                 out.append(f"left out of {g['name']}: request `{s['id']}` — {s['reason']}")
             if (
                 e["status"] == "not_comparable"
-                and g["kind"] == "resource"
-                and e["reason"].startswith("the engine reports no")
+                and g["kind"] in ARM_CHECKS
+                and "stderr_tail" not in e  # the arms ran; a metric or trace is missing
             ):
                 out.append(f"{g['name']}: {e['arm']}: {e['reason']}")
     sp = man.get("speed")
     if sp and sp.get("status") == "not_comparable":
         out.append(f"speed not comparable: {sp.get('reason')}")
     return list(dict.fromkeys(out))
+
+
+def notices(man: dict[str, Any]) -> list[str]:
+    """What changed without failing a gate (a schedule that moved within its budgets)."""
+    out = []
+    for g in man["gates"]:
+        for e in g["entries"]:
+            if e.get("notice"):
+                out.append(f"{g['name']} · `{e['arm']}`: {e['notice']}")
+    return out
 
 
 def crashed(man: dict[str, Any]) -> list[dict[str, Any]]:
@@ -337,6 +369,7 @@ def markdown(man: dict[str, Any]) -> str:
             failures=failure_lines(man),
             crashed=crashed(man),
             skipped=skipped(man),
+            notices=notices(man),
             speed_table=speed_table(man.get("speed")),
             entries_table=entries_table(man),
             arms_table=arms_table(man),

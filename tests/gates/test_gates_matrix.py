@@ -28,7 +28,7 @@ BASE = "model: m\nprompts: p\ngates:\n  - name: g\n    across_commits: {}\n"
         (BASE + "bogus: 1\n", "bogus", "one of"),
         ("model: m\nprompts: p\n", "gates", "a non-empty list of gates"),
         (BASE + "axes:\n  parallel: [1, 0]\n", "axes.parallel[1]", "a positive integer"),
-        (BASE + "axes:\n  paging: [maybe]\n", "axes.paging[0]", "on or off"),
+        (BASE + "axes:\n  paging: [maybe]\n", "axes.paging[0]", "on, off or a number of pages"),
         (BASE + "axes:\n  colour: [red]\n", "axes.colour", "an axis"),
         (BASE + "axes:\n  flags: [{FOO: 1}]\n", "axes.flags[0].FOO", "starting with ENGINE_"),
         (BASE + "axes:\n  model: [a]\n", "axes.model", "either at the top level or in axes"),

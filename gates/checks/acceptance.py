@@ -1,0 +1,35 @@
+"""Drafter behaviour across commits: accepted / drafted of the same arm on base and head.
+
+Drafts never change tokens (drafted == plain holds either way), so a drafter that
+proposes worse drafts after a change shows only here: acceptance drops."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def rate(result: dict[str, Any]) -> tuple[int, int]:
+    """(accepted, drafted) summed over an arm's replies."""
+    acc = drafted = 0
+    for r in result.get("replies", []):
+        a, d = r.get("accepted"), r.get("drafted")
+        if isinstance(a, int) and isinstance(d, int):
+            acc, drafted = acc + a, drafted + d
+    return acc, drafted
+
+
+def compare(a: dict[str, Any], b: dict[str, Any], max_drop: float) -> dict[str, Any]:
+    (aa, ad), (ba, bd) = rate(a), rate(b)
+    if ad == 0:
+        return {
+            "ok": None,
+            "values": {"base": "0 drafted"},
+            "problems": ["the base arm drafted nothing: no acceptance to compare"],
+        }
+    ra = aa / ad
+    rb = ba / bd if bd else 0.0
+    values = {"base": f"{ra:.3f} ({aa}/{ad})", "head": f"{rb:.3f} ({ba}/{bd})"}
+    problems = []
+    if rb < ra - max_drop:
+        problems.append(f"acceptance {ra:.3f} → {rb:.3f} (max drop {max_drop:g})")
+    return {"ok": not problems, "values": values, "problems": problems}
