@@ -71,6 +71,10 @@ def _lean(a: argparse.Namespace) -> int:
 
 
 def _selftest(a: argparse.Namespace) -> int:
+    if a.power:
+        from gates.power.run import main as power_main
+
+        return power_main(a.repo, matrix=a.matrix, only=a.only, jobs=a.jobs, ref=a.ref, out=a.out)
     from gates.selftest import main as selftest_main
 
     return selftest_main(
@@ -147,6 +151,16 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--max-tokens", type=int, default=8)
     t.add_argument("--prompts", default="quick", help="prompt set (default: quick)")
     t.add_argument("--ref", default="HEAD", help="whose engine (default: HEAD; or WORKTREE)")
+    t.add_argument(
+        "--power",
+        action="store_true",
+        help="plant known bug classes (and no-op changes) into a clone of --ref and count "
+        "what the gate matrix catches",
+    )
+    t.add_argument("--matrix", default="matrices/quick.yaml", help="--power: the gate matrix")
+    t.add_argument("--only", default=None, help="--power: plant names, comma-separated")
+    t.add_argument("--jobs", type=int, default=None, help="--power: arms at once per gate run")
+    t.add_argument("--out", default=None, help="--power: also write the Markdown table here")
     t.set_defaults(fn=_selftest)
     return p
 
