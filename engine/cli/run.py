@@ -6,12 +6,15 @@ import argparse
 import json
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from engine.cli.common import add_engine_flags, add_model_flags, engine_config, load, make_drafter
 from engine.cli.replies import reply
+from engine.cli.trace import TraceWriter
 from engine.errors import InputError
+from engine.lanes.clock import VirtualClock
 from engine.lanes.engine import Engine
 from engine.lanes.request import Request, parse_request
 
@@ -23,6 +26,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output JSONL, one reply a line")
     p.add_argument("--serial", action="store_true", help="every request alone, in order")
     p.add_argument("--metrics", default=None, help="write metrics JSON here")
+    p.add_argument(
+        "--virtual-clock",
+        action="store_true",
+        help="deterministic time: arrivals and a fixed cost per action (docs/contract.md)",
+    )
+    p.add_argument("--trace", default=None, help="write one JSONL row per engine action here")
     add_engine_flags(p)
     p.set_defaults(func=run)
 
@@ -59,15 +68,20 @@ def run(args: argparse.Namespace) -> int:
         requests = sorted(requests, key=lambda r: r.arrival)
         for r in requests:
             r.arrival = 0.0
-    engine = Engine(model, cfg, drafter=make_drafter(cfg, model))
+    clock = VirtualClock() if args.virtual_clock else None
+    engine = Engine(model, cfg, clock=clock, drafter=make_drafter(cfg, model))
     t0 = time.perf_counter()
     total = len(requests)
     streams = {r.id: engine.submit(r) for r in requests}
-    last_report = t0
-    while engine.step():
-        if sys.stderr.isatty() and time.perf_counter() - last_report > 0.5:
-            last_report = time.perf_counter()
-            print(f"\r{len(engine.finished)}/{total} done", end="", file=sys.stderr)
+    with ExitStack() as stack:
+        if args.trace:
+            trace = stack.enter_context(open(args.trace, "w"))
+            engine.on_event = TraceWriter(trace, list(streams.values()))
+        last_report = t0
+        while engine.step():
+            if sys.stderr.isatty() and time.perf_counter() - last_report > 0.5:
+                last_report = time.perf_counter()
+                print(f"\r{len(engine.finished)}/{total} done", end="", file=sys.stderr)
     wall = time.perf_counter() - t0
     with open(args.out, "w") as f:
         for r in order:
@@ -82,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
             "drafted": sum(s.drafted for s in streams.values()),
             "accepted": sum(s.accepted for s in streams.values()),
             "errors": sum(1 for s in streams.values() if s.finish_reason == "error"),
+            "drafter_states": len(getattr(engine.drafter, "states", {})),
             "config": {k: v for k, v in vars(cfg).items() if k != "flags"},
             "flags": cfg.flags,
         }

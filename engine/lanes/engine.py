@@ -4,7 +4,8 @@ the policy chooses, verifies drafts, and gives lanes and pages back on every exi
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ from engine.config import EngineConfig
 from engine.draft.base import Drafter, NoDrafter
 from engine.kv.plan import PagePlan
 from engine.lanes import policy
-from engine.lanes.clock import RealClock
+from engine.lanes.clock import Clock, RealClock
 from engine.lanes.request import Request
 from engine.lanes.sampling import logit_hash, margin, sample
 from engine.lanes.stream import Stream
@@ -22,15 +23,27 @@ from engine.model.qwen3 import Segment
 
 @dataclass
 class Event:
+    """One action, with what the policy saw when it chose it (for traces and tests)."""
+
     kind: str  # short | long | round
     streams: list[int]
     start: float
     seconds: float
+    rows: int = 0  # prompt rows fed, or rows in the round (draft rows included)
+    views: list[policy.StreamView] = field(default_factory=list)  # at decision time
+    debt: float = 0.0  # the policy's debt after `choose`
+    arrived: list[int] = field(default_factory=list)  # sids live since the previous event
+    first_token: list[int] = field(default_factory=list)  # sids whose first token came now
+    finished: list[int] = field(default_factory=list)  # sids finished since the previous one
 
 
 class Engine:
     def __init__(
-        self, model: Any, cfg: EngineConfig, clock: Any = None, drafter: Drafter | None = None
+        self,
+        model: Any,
+        cfg: EngineConfig,
+        clock: Clock | None = None,
+        drafter: Drafter | None = None,
     ) -> None:
         self.model = model
         self.cfg = cfg.validate()
@@ -48,6 +61,9 @@ class Engine:
         self.on_event: Callable[[Engine, Event], None] | None = None
         self.t0 = self.clock.now()
         self._next_sid = 0
+        self._rows = 0  # rows of the current action, set by _prompt_step / _round
+        self._arrived: list[int] = []  # sids gone live since the last event
+        self._ended: list[int] = []  # sids finished since the last event
         self.stats = {"prefill_tokens": 0, "decode_tokens": 0, "rounds": 0, "steps": 0}
 
     # ---- requests -------------------------------------------------------------------
@@ -114,6 +130,7 @@ class Engine:
         now = self.clock.now() - self.t0
         while self.waiting and self.waiting[0].req.arrival <= now:
             self.live.append(self.waiting.pop(0))
+            self._arrived.append(self.live[-1].sid)
         self._act_on_cancels()
         if not self.live:
             if not self.waiting:
@@ -130,18 +147,35 @@ class Engine:
         for v in views:
             if v.phase != "decoding" and v.id != action.stream:  # prompts age
                 self._by_sid(v.id).passed_over += 1
+        debt = self.state.debt
         start = self.clock.now()
+        self._rows = 0
         if action.kind == "round":
             streams = [s for s in self.live if not s.prefilling and not s.done]
-            self._guarded(streams, lambda: self._round(streams))
+            work = partial(self._round, streams)
         else:
-            s = self._by_sid(action.stream)
-            s.passed_over = 0
-            streams = [s]
-            self._guarded(streams, lambda: self._prompt_step(s))
+            streams = [self._by_sid(action.stream)]
+            streams[0].passed_over = 0
+            work = partial(self._prompt_step, streams[0])
+        fresh = [s for s in streams if len(s.tokens) == s.prompt_len]
+        self._guarded(streams, work)
+        self.clock.charge(action.kind, self._rows)
         seconds = self.clock.now() - start
         policy.account(self.state, action, seconds, self.cfg.share)
-        event = Event(action.kind, [s.sid for s in streams], start - self.t0, seconds)
+        first = [s.sid for s in fresh if len(s.tokens) > s.prompt_len]
+        event = Event(
+            action.kind,
+            [s.sid for s in streams],
+            start - self.t0,
+            seconds,
+            rows=self._rows,
+            views=views,
+            debt=debt,
+            arrived=self._arrived,
+            first_token=first,
+            finished=self._ended,
+        )
+        self._arrived, self._ended = [], []
         self.events.append(event)
         if self.on_event:
             self.on_event(self, event)
@@ -180,8 +214,12 @@ class Engine:
                 self.waiting.remove(s)
                 self._finish(s, "cancelled")
         for s in self.live:
-            cap = s.req.cancel_after
-            if s.cancel_requested or (cap is not None and len(s.generated) >= cap):
+            cap, rows = s.req.cancel_after, s.req.cancel_after_rows
+            if (
+                s.cancel_requested
+                or (cap is not None and len(s.generated) >= cap)
+                or (rows is not None and s.run is not None and s.prefilling and s.fed >= rows)
+            ):
                 self._finish(s, "cancelled")
         self.live = [s for s in self.live if not s.done]
 
@@ -191,6 +229,7 @@ class Engine:
             s.run = self.plan.open(self._rows_needed(s), s.req.prompt_ids)
             s.fed = s.run.reused_rows
         n = min(self.cfg.step_rows, s.rows_left)
+        self._rows = n
         last = s.fed + n == s.prompt_len
         seg = Segment(
             np.asarray(s.tokens[s.fed : s.fed + n], dtype=np.int64),
@@ -223,6 +262,7 @@ class Engine:
             drafts.append(d)
             toks = np.asarray([s.tokens[s.fed], *d], dtype=np.int64)
             segs.append(Segment(toks, s.fed, s.run.pages, np.arange(len(toks))))
+        self._rows = sum(len(seg.tokens) for seg in segs)
         outs = self.model.forward(segs, self.kv, self.drafter.taps)
         self.stats["rounds"] += 1
         for s, seg, out, d in zip(streams, segs, outs, drafts, strict=True):
@@ -268,3 +308,4 @@ class Engine:
             self.plan.release(s.run, s.tokens[: s.fed])
             s.run = None
         self.finished.append(s)
+        self._ended.append(s.sid)

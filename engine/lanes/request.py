@@ -25,6 +25,7 @@ class Request:
     arrival: float = 0.0
     draft: bool = True
     cancel_after: int | None = None
+    cancel_after_rows: int | None = None
     ignore_eos: bool = False
 
 
@@ -91,6 +92,9 @@ def parse_request(obj: Any, where: str, tokenizer: Any = None) -> Request:
     cancel_after = field_of("cancel_after", int, None)
     if cancel_after is not None and cancel_after < 0:
         raise InputError(f"{where}: field 'cancel_after' must be >= 0")
+    cancel_after_rows = field_of("cancel_after_rows", int, None)
+    if cancel_after_rows is not None and cancel_after_rows < 1:
+        raise InputError(f"{where}: field 'cancel_after_rows' must be >= 1")
     return Request(
         id=str(rid),
         prompt_ids=list(ids),
@@ -103,5 +107,6 @@ def parse_request(obj: Any, where: str, tokenizer: Any = None) -> Request:
         arrival=arrival,
         draft=field_of("draft", bool, True),
         cancel_after=cancel_after,
+        cancel_after_rows=cancel_after_rows,
         ignore_eos=field_of("ignore_eos", bool, False),
     )

@@ -180,6 +180,8 @@ def test_a_malformed_line_names_its_line_number(tmp_path: Path, capsys) -> None:
         '{"id": "b", "prompt_ids": [1], "temperature": NaN}': "temperature",
         '{"id": "b", "prompt_ids": [1], "temperature": Infinity}': "temperature",
         json.dumps({"id": "b", "prompt_ids": [1], "cancel_after": -1}): "cancel_after",
+        json.dumps({"id": "b", "prompt_ids": [1], "cancel_after_rows": 0}): "cancel_after_rows",
+        json.dumps({"id": "b", "prompt_ids": [1], "cancel_after_rows": "x"}): "cancel_after_rows",
         json.dumps([1, 2]): "JSON object",
     }
     for bad, reason in cases.items():
