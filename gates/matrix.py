@@ -112,6 +112,15 @@ class Matrix:
     description: str = ""
     drafter_models: dict[str, str] = field(default_factory=dict)  # drafter -> its directory
 
+    def prompt_sets(self) -> list[str]:
+        """Every prompt set an arm may send: the prompts axis, then the gates' own."""
+        names = list(self.axes["prompts"])
+        for g in self.gates:
+            name = g.override.get("prompts")
+            if name is not None and name not in names:
+                names.append(name)
+        return names
+
     def points(self) -> list[dict[str, Any]]:
         """The cartesian product of the axes, as dicts."""
         names = list(AXES)

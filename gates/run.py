@@ -84,7 +84,7 @@ def run(opts: Options) -> int:
     root = refs.repo_root(repo)
     mpath = _matrix_path(root, opts.matrix)
     m = matrix.load(mpath)
-    sets = {name: prompts.load(prompts.resolve_path(root, name)) for name in m.axes["prompts"]}
+    sets = {name: prompts.load(prompts.resolve_path(root, name)) for name in m.prompt_sets()}
     models = {}
     for name in m.axes["model"]:
         p = Path(name) if Path(name).is_absolute() else root / name
