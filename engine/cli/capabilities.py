@@ -8,11 +8,14 @@ import json
 from engine.config import DRAFTERS
 from engine.kv.codec import KV_DTYPES
 
-CONTRACT_VERSION = 1
+CONTRACT_VERSION = 2  # 2: logit_hashes, cancel_after_rows, --virtual-clock, --trace
 
 
 def capabilities() -> dict:
+    from engine.cli.replies import REPLY_KEYS
+    from engine.cli.run import METRICS_KEYS
     from engine.draft.registry import available
+    from engine.lanes.request import REQUEST_KEYS
     from engine.ops import available_backends
 
     return {
@@ -37,7 +40,12 @@ def capabilities() -> dict:
             "--drafter",
             "--drafter-model",
             "--draft-tokens",
+            "--virtual-clock",
+            "--trace",
         ],
+        "request_keys": list(REQUEST_KEYS),
+        "reply_keys": list(REPLY_KEYS),
+        "metrics_keys": list(METRICS_KEYS),
         "env_flags": [],
     }
 

@@ -7,6 +7,12 @@ from typing import Any
 from engine.cli.common import token_sha
 from engine.lanes.stream import Stream
 
+# every reply key; `embedding` comes with the embed kind only, `error` with errors only
+REPLY_KEYS = (
+    "id", "ids", "text", "token_sha", "finish_reason", "prompt_tokens", "margins", "min_margin",
+    "logit_hashes", "drafted", "accepted", "embedding", "error",
+)  # fmt: skip
+
 
 def reply(s: Stream, tokenizer: Any) -> dict[str, Any]:
     ids = s.generated

@@ -18,6 +18,12 @@ from engine.lanes.clock import VirtualClock
 from engine.lanes.engine import Engine
 from engine.lanes.request import Request, parse_request
 
+METRICS_KEYS = (
+    "pages_in_use", "unplanned_allocations", "cached_pages", "wall_s", "prefill_tokens",
+    "decode_tokens", "rounds", "steps", "drafted", "accepted", "errors", "drafter_states",
+    "config", "flags",
+)  # fmt: skip
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a JSONL batch of requests")

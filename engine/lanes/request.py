@@ -10,6 +10,10 @@ from engine.errors import InputError
 
 KINDS = ("complete", "embed")
 PRIORITIES = ("foreground", "background")
+REQUEST_KEYS = (
+    "id", "prompt", "prompt_ids", "messages", "max_tokens", "kind", "stop_ids", "temperature",
+    "seed", "priority", "arrival", "draft", "cancel_after", "cancel_after_rows", "ignore_eos",
+)  # fmt: skip
 
 
 @dataclass

@@ -146,3 +146,20 @@ def test_a_burst_of_short_prompts_lets_a_round_go_every_lane_count(tmp_path: Pat
     assert all(got["replies"][f"s{i}"]["ids"] for i in range(40))
     for rid in ("d0", "d1"):
         assert longest_wait(rows, rid) <= 2, rid
+
+
+def test_capabilities_list_the_keys_a_run_uses(runs: dict) -> None:
+    from dataclasses import fields
+
+    from engine.cli.capabilities import capabilities
+    from engine.lanes.request import Request
+
+    caps = capabilities()
+    assert caps["contract"] == 2
+    assert {"--virtual-clock", "--trace"} <= set(caps["flags"])
+    got = runs["virtual"]
+    assert set(caps["metrics_keys"]) == set(got["metrics"])
+    seen = {k for r in got["replies"].values() for k in r}
+    assert seen == set(caps["reply_keys"]) - {"error"}  # no request failed here
+    parsed = {f.name for f in fields(Request)} | {"prompt", "messages"}
+    assert set(caps["request_keys"]) == parsed
