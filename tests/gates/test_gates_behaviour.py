@@ -1,0 +1,172 @@
+"""Gates that look past the token ids: bits, schedule traces, drafter acceptance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gates import BadInput, matrix, plan
+from gates.checks import acceptance, equality, schedule
+from gates.receipt import render
+
+
+def reply(rid, ids, **kw):
+    return {"id": rid, "ids": ids, "finish_reason": "length", **kw}
+
+
+def test_same_tokens_other_bits_fails_at_the_first_parted_token():
+    a = {"replies": [reply("x", [1, 2, 3], logit_hashes=["aa", "bb", "cc"], margins=[1, 2, 3])]}
+    b = {"replies": [reply("x", [1, 2, 3], logit_hashes=["aa", "bX", "cc"], margins=[1, 2, 3])]}
+    got = equality.compare(a, b)
+    assert (got["matched"], got["total"]) == (0, 1)
+    (d,) = got["diffs"]
+    assert (d["kind"], d["bits_of"], d["index"]) == ("bits", "logit_hashes", 1)
+    line = render._diff_line(d, "base", "head")
+    assert "same tokens, other bits" in line and "token 1" in line and "`bX`" in line
+
+
+def test_margins_and_embeddings_are_bits_too():
+    a = {"replies": [reply("m", [5, 6], margins=[0.5, 0.25]), reply("e", [], embedding=[0.1])]}
+    b = {"replies": [reply("m", [5, 6], margins=[0.5, 0.2500001]), reply("e", [], embedding=[0.2])]}
+    got = equality.compare(a, b)
+    kinds = {d["id"]: (d["bits_of"], d["index"]) for d in got["diffs"]}
+    assert kinds == {"m": ("margins", 1), "e": ("embedding", 0)}
+
+
+def test_bits_compared_only_when_both_carry_them():
+    a = {"replies": [reply("x", [1], logit_hashes=["aa"])]}
+    b = {"replies": [reply("x", [1])]}  # an engine of contract 1
+    assert equality.compare(a, b)["matched"] == 1
+
+
+def test_dropped_requests_are_skipped_not_missing():
+    a = {"replies": [reply("x", [1]), reply("y", [2])]}
+    b = {"replies": [reply("x", [1])]}
+    got = equality.compare(a, b, dropped={"y": "the head engine has no request key k"})
+    assert (got["matched"], got["total"]) == (1, 1)
+    assert got["skipped"] == [{"id": "y", "reason": "the head engine has no request key k"}]
+
+
+def row(kind, decoding=(), decoded=(), stepped=None, arrived=None, debt=0.0, first=(), fin=None):
+    return {
+        "kind": kind,
+        "decoding": list(decoding),
+        "decoded": list(decoded),
+        "stepped": stepped or {},
+        "waiting": [],
+        "arrived": arrived or {},
+        "debt_ms": debt,
+        "first_token": list(first),
+        "finished": fin or {},
+    }
+
+
+def test_schedule_metrics_from_a_trace():
+    trace = [
+        row("short", stepped={"d": 4}, arrived={"d": "short", "L": "long"}, first=["d"]),
+        row("long", decoding=["d"], stepped={"L": 64}),
+        row("short", decoding=["d"], stepped={"s1": 2}, arrived={"s1": "short"}, first=["s1"]),
+        row("round", decoding=["d"], decoded=["d"], arrived={"s2": "short"}, debt=9.0),
+        row("round", decoding=["d"], decoded=["d"], debt=5.0),
+        row("short", decoding=["d"], stepped={"s2": 2}, first=["s2"], fin={"s2": "length"}),
+        row("round", decoding=["d"], decoded=["d"], fin={"d": "length"}),
+        row("long", stepped={"L": 64}, debt=3.0),
+    ]
+    got = schedule.metrics(trace)
+    assert got == {
+        "max_decode_gap_rounds": 2,  # the long step and s1's step
+        "short_ttft_rounds": 2,  # s2 waited through two rounds
+        "long_gap_rounds": 3,  # three rounds between L's two steps
+        "debt_without_decoders": 3.0,  # owed at the last step, with no decoder
+    }
+    res = schedule.check({"trace": trace}, {"max_decode_gap_rounds": 1, "short_ttft_rounds": 2})
+    assert res["ok"] is False and res["problems"] == ["largest decode gap (actions): 2 (budget 1)"]
+    assert schedule.check({}, {"short_ttft_rounds": 1})["ok"] is None
+
+
+def test_schedule_across_commits_fails_when_worse_and_notes_a_change():
+    base = [row("round", decoding=["d"], decoded=["d"])]
+    head = [row("short", decoding=["d"], stepped={"s": 1}), row("round", ["d"], ["d"])]
+    got = schedule.compare({"trace": base}, {"trace": head}, ("max_decode_gap_rounds",), 0)
+    assert got["ok"] is False
+    assert got["notice"].startswith("schedule changed from event 0")
+    same = schedule.compare({"trace": base}, {"trace": base}, ("max_decode_gap_rounds",), 0)
+    assert same["ok"] is True and same["notice"] is None
+
+
+def test_acceptance_drop():
+    def arm(acc, drafted):
+        return {"replies": [reply("x", [1], accepted=acc, drafted=drafted)]}
+
+    assert acceptance.compare(arm(60, 100), arm(58, 100), 0.05)["ok"] is True
+    bad = acceptance.compare(arm(60, 100), arm(20, 100), 0.05)
+    assert bad["ok"] is False and "0.600 → 0.200" in bad["problems"][0]
+    assert acceptance.compare(arm(0, 0), arm(0, 0), 0.05)["ok"] is None
+
+
+MATRIX = """
+model: m
+prompts: p
+axes: {kv: [bf16, fp8], parallel: [1, 4], paging: [off, 24]}
+gates:
+  - name: burst
+    schedule: {prompts: sched, parallel: 2, share: 0.01, max_decode_gap_rounds: 2}
+    where: {kv: bf16, paging: off}
+  - name: no worse
+    schedule_across_commits: {prompts: sched, parallel: 2, metrics: [short_ttft_rounds]}
+  - name: drafts pay
+    acceptance_across_commits: {drafter: [mtp, block], max_drop: 0.1}
+    where: {parallel: 4, paging: off, kv: bf16}
+"""
+
+
+def test_schedule_and_acceptance_rules_plan_their_arms(tmp_path: Path):
+    p = tmp_path / "m.yaml"
+    p.write_text(MATRIX)
+    m = matrix.load(p)
+    assert m.prompt_sets() == ["p", "sched"]
+    pl = plan.build(m, {"p": [], "sched": []})
+    (check,) = [c for c in pl.schedule_checks if c.gate == "burst"]  # p=1, p=4 -> one arm
+    cfg = check.arm.config
+    assert (cfg["prompts"], cfg["parallel"], cfg["share"], check.arm.side) == (
+        "sched",
+        2,
+        0.01,
+        "head",
+    )
+    no_worse = [c for c in pl.pairs if c.gate == "no worse"]
+    assert {c.a.config["kv"] for c in no_worse} == {"bf16", "fp8"}
+    assert all(c.a.side == "base" and c.b.side == "head" for c in no_worse)
+    drafts = [c.b.config["drafter"] for c in pl.pairs if c.gate == "drafts pay"]
+    assert drafts == ["mtp", "block"]
+    assert {a.config["paging"] for a in pl.arms} == {"off", 24}
+
+
+@pytest.mark.parametrize(
+    ("body", "key"),
+    [
+        ("schedule: {max_gap: 2}", "gates[0].schedule.max_gap"),
+        ("schedule: {prompts: s}", "gates[0].schedule"),
+        ("schedule: {short_ttft_rounds: -1}", "gates[0].schedule.short_ttft_rounds"),
+        ("schedule: {share: .nan, short_ttft_rounds: 1}", "gates[0].schedule.share"),
+        (
+            "schedule_across_commits: {metrics: [speed]}",
+            "gates[0].schedule_across_commits.metrics[0]",
+        ),
+        (
+            "acceptance_across_commits: {drafter: [none]}",
+            "gates[0].acceptance_across_commits.drafter",
+        ),
+        (
+            "acceptance_across_commits: {drafter: [mtp], max_drop: x}",
+            "gates[0].acceptance_across_commits.max_drop",
+        ),
+    ],
+)
+def test_bad_behaviour_rules_name_the_key(tmp_path: Path, body: str, key: str):
+    p = tmp_path / "m.yaml"
+    p.write_text(f"model: m\nprompts: p\ngates:\n  - name: g\n    {body}\n")
+    with pytest.raises(BadInput) as e:
+        matrix.load(p)
+    assert str(e.value).startswith(f"{p}: {key}: expected"), str(e.value)
