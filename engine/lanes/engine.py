@@ -278,13 +278,16 @@ class Engine:
         """
         eos = () if s.req.ignore_eos else self.model.config.eos_token_ids
         stops = set(eos) | set(s.req.stop_ids)
+        # a cancel after N tokens lands after token N even when a round accepts drafts
+        # past it, so a drafted reply holds the tokens of the plain one
+        limit = min(s.req.max_tokens, s.req.cancel_after or s.req.max_tokens)
         emitted: list[int] = []
         for i, row in enumerate(logits):
             tok = sample(row, s.req.temperature, s.req.seed, len(s.tokens) + i)
             emitted.append(tok)
             s.margins.append(margin(row))
             s.logit_hashes.append(logit_hash(row))
-            if tok in stops or len(s.generated) + len(emitted) >= s.req.max_tokens:
+            if tok in stops or len(s.generated) + len(emitted) >= limit:
                 break
             if i >= len(drafts) or tok != drafts[i]:
                 break

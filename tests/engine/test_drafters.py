@@ -142,3 +142,21 @@ def test_noisy_exercises_every_accepted_length(model, k):
     engine.on_event = watch
     assert {s.req.id: s.generated for s in engine.run()} == truth
     assert set(range(k + 1)) <= seen
+
+
+@pytest.mark.parametrize("cap", [1, 3, 6])
+def test_cancel_after_lands_after_its_token_when_drafts_are_accepted(model, plain, cap):
+    """A round that accepts drafts past `cancel_after` keeps only the tokens up to it."""
+    truth = {i: ids for i, (ids, _) in plain["bf16", False].items()}
+    engine = Engine(
+        model,
+        EngineConfig(context=256, parallel=4, draft_tokens=4),
+        drafter=OracleDrafter(truth=truth),
+    )
+    for r in requests(False):
+        r.cancel_after = cap
+        engine.submit(r)
+    done = engine.run()
+    assert {s.req.id: s.generated for s in done} == {i: ids[:cap] for i, ids in truth.items()}
+    assert all(s.finish_reason == "cancelled" for s in done if len(truth[s.req.id]) > cap)
+    assert engine.plan.pages_in_use == 0
