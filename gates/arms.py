@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,12 @@ from gates.execute import ArmJob, Progress, base_env, missing, request_keys, run
 from gates.plan import Arm, canonical
 
 TRUTH_DRAFTERS = ("oracle", "noisy")
+
+
+def scratch(cache: Path, key: str) -> Path:
+    """An arm's scratch folder, this process's own: two gate runs of one arm at once on
+    one cache must not delete each other's files."""
+    return cache / "runs" / f"{key[:20]}-{os.getpid()}"
 
 
 def truth_of(arm: Arm) -> Arm | None:
@@ -118,11 +125,12 @@ class ArmRunner:
                 return
             truth = self.cache / "truth" / f"{self.rows[twin]['key']}.jsonl"
             truth.parent.mkdir(parents=True, exist_ok=True)
-            truth.write_text(
+            store.write_atomic(
+                truth,
                 "".join(
                     json.dumps({"id": r["id"], "ids": r.get("ids") or []}) + "\n"
                     for r in tr["replies"]
-                )
+                ),
             )
             extra = ["--drafter-model", str(truth)]
             key_cfg["drafter_truth"] = self.rows[twin]["key"]
@@ -156,8 +164,8 @@ class ArmRunner:
             side.engine_tree or "", key_cfg, prompts.digest(data), fx, store.fingerprint(), key_env
         )
         row["key"] = key
-        hit = self.st.get(key)
-        if hit is not None:
+        hit = self.st.get(key, must_have="replies")
+        if hit is not None and hit.get("status") == "ok":
             self.results[arm] = hit
             row["cached"] = True
             return
@@ -171,7 +179,7 @@ class ArmRunner:
                     model=self.models[cfg["model"]],
                     requests=data,
                     timeout=self.timeout,
-                    workdir=self.cache / "runs" / key[:20],
+                    workdir=scratch(self.cache, key),
                     env=env,
                     extra_args=extra,
                     trace=writes_trace(caps),

@@ -110,7 +110,7 @@ def run(opts: Options) -> int:
             continue
         s.worktree = refs.ensure_worktree(repo, s.sha)
         ckey = store.arm_key(s.engine_tree, {"capabilities": True}, "", {}, fp, {})
-        cached = st.get(ckey)
+        cached = st.get(ckey, must_have="caps")
         if cached is not None:
             caps[s.name] = (cached["caps"], "")
             continue
@@ -139,6 +139,11 @@ def run(opts: Options) -> int:
         log(f"[gates] {sides['base'].sha[:10]}..{sides['head'].sha[:10]} · matrix {m.name}")
     runner.run(the_plan.arms)
     results, arm_rows = runner.results, runner.rows
+    if st.corrupt:
+        the_plan.notes.append(
+            f"the result store had {len(st.corrupt)} unreadable entr"
+            f"{'y' if len(st.corrupt) == 1 else 'ies'}: removed, and the arms run again"
+        )
     n_cached = sum(1 for r in arm_rows.values() if r["cached"])
     n_nc = sum(1 for r in arm_rows.values() if r.get("status") in ("not_comparable", "refused"))
 

@@ -13,6 +13,7 @@ On the bundled model, with the engine of one commit (HEAD by default):
 from __future__ import annotations
 
 import copy
+import os
 import sys
 import time
 from pathlib import Path
@@ -102,7 +103,7 @@ def main(
             model=model_dir,
             requests=prompts.encode(requests),
             timeout=600,
-            workdir=cache / "runs" / f"selftest-{side.sha[:12]}-{tag}",
+            workdir=cache / "runs" / f"selftest-{side.sha[:12]}-{tag}-{os.getpid()}",
             env=base_env(worktree, backend, {}, cache),
         )
         r = run_arm(job)

@@ -8,6 +8,7 @@ because each result is written (atomically) as soon as its arm ends.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -129,21 +130,44 @@ def arm_key(
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Write a file so that a reader sees the old or the new text, never a part."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a receipt is for others to read
+    os.replace(tmp, path)
+
+
 class Store:
     def __init__(self, root: Path | None = None, enabled: bool = True) -> None:
         self.root = root or cache_root() / "results"
         self.enabled = enabled
+        self.corrupt: list[str] = []  # keys whose entries were unreadable (re-run)
 
     def _path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
 
-    def get(self, key: str) -> dict[str, Any] | None:
+    def get(self, key: str, must_have: str | None = None) -> dict[str, Any] | None:
+        """The stored value, or None. An entry that is not a JSON object (or lacks
+        ``must_have``) is corrupt: it is removed, counted, and read as a miss."""
         if not self.enabled:
             return None
+        path = self._path(key)
         try:
-            return json.loads(self._path(key).read_text())
-        except (OSError, json.JSONDecodeError):
+            value = json.loads(path.read_text())
+        except FileNotFoundError:
             return None
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            value = None
+        if isinstance(value, dict) and (must_have is None or must_have in value):
+            return value
+        self.corrupt.append(key)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
 
     def put(self, key: str, value: dict[str, Any]) -> None:
         path = self._path(key)

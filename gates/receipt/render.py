@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import jinja2
 from tabulate import tabulate
 
-from gates import EXIT_ARM_FAILED, EXIT_GATE_FAILED, EXIT_OK
+from gates import EXIT_ARM_FAILED, EXIT_GATE_FAILED, EXIT_OK, store
 from gates import prompts as prompts_mod
 from gates.checks.equality import describe_margin
 from gates.checks.perf import pretty
@@ -382,18 +380,11 @@ def file_stem(man: dict[str, Any]) -> str:
     return f"{man['base']['sha'][:10]}..{man['head']['sha'][:10]}"
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def write(man: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     md, js = out_dir / f"{file_stem(man)}.md", out_dir / f"{file_stem(man)}.json"
-    _atomic_write(js, json.dumps(man, indent=1, sort_keys=False, default=str) + "\n")
-    _atomic_write(md, markdown(man))
+    store.write_atomic(js, json.dumps(man, indent=1, sort_keys=False, default=str) + "\n")
+    store.write_atomic(md, markdown(man))
     return md, js
 
 

@@ -87,17 +87,18 @@ def test_yaml_on_off_and_flags_normalised(tmp_path):
 @pytest.mark.parametrize("name", ["quick", "fake", "default", "full", "gpu"])
 def test_bundled_matrices_load_and_plan(name):
     m = matrix.load(REPO / "matrices" / f"{name}.yaml")
-    sets = {n: prompts.load(prompts.resolve_path(REPO, n)) for n in m.axes["prompts"]}
+    sets = {n: prompts.load(prompts.resolve_path(REPO, n)) for n in m.prompt_sets()}
     p = plan.build(m, sets)
     assert p.arms and p.comparisons and not p.notes
     names = {g.name for g in m.gates}
-    assert {c.gate for c in p.comparisons} | {c.gate for c in p.checks} == names
+    checks = [*p.comparisons, *p.checks, *p.schedule_checks, *p.pairs]
+    assert {c.gate for c in checks} == names
 
 
 def test_quick_matrix_is_small():
     m = matrix.load(REPO / "matrices" / "quick.yaml")
-    sets = {n: prompts.load(prompts.resolve_path(REPO, n)) for n in m.axes["prompts"]}
-    assert len(plan.build(m, sets).arms) <= 30
+    sets = {n: prompts.load(prompts.resolve_path(REPO, n)) for n in m.prompt_sets()}
+    assert len(plan.build(m, sets).arms) <= 40
     assert m.axes["backend"] == ["numpy"]
 
 
