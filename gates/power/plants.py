@@ -235,7 +235,7 @@ PLANTS: tuple[Plant, ...] = (
     ),
     _p(
         "noop-refactor-open",
-        "plan.open: the reused pages' refcount loop written as one loop over run.pages",
+        "plan.open: refcount loop over reused pages, loop variable renamed and += spelled out",
         (
             PLAN,
             "            for page in run.pages:\n                self.refs[page] += 1\n"
