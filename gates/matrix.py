@@ -111,6 +111,7 @@ class Matrix:
     speed: dict[str, Any] | None
     description: str = ""
     drafter_models: dict[str, str] = field(default_factory=dict)  # drafter -> its directory
+    keys: dict[str, str] = field(default_factory=dict)  # axis -> where the file sets it
 
     def prompt_sets(self) -> list[str]:
         """Every prompt set an arm may send: the prompts axis, then the gates' own."""
@@ -371,6 +372,7 @@ def load(path: str | Path) -> Matrix:
     if not isinstance(axes_raw, dict):
         raise _fail(p, "axes", "a mapping of axis -> list of values", axes_raw)
     axes: dict[str, list[Any]] = {}
+    keys: dict[str, str] = {}
     for axis, vals in axes_raw.items():
         if axis not in AXES:
             raise _fail(p, f"axes.{axis}", f"an axis ({', '.join(AXES)})", axis)
@@ -379,11 +381,13 @@ def load(path: str | Path) -> Matrix:
         if not isinstance(vals, list):
             raise _fail(p, f"axes.{axis}", "a list of values", vals)
         axes[axis] = _norm_values(p, f"axes.{axis}", axis, vals)
+        keys[axis] = f"axes.{axis}"
     for axis in AXES:
         if axis in axes:
             continue
         if axis in raw:
             axes[axis] = [_norm_value(p, axis, axis, raw[axis])]
+            keys[axis] = axis
         elif axis in AXIS_DEFAULTS:
             axes[axis] = [AXIS_DEFAULTS[axis]]
         else:
@@ -425,6 +429,7 @@ def load(path: str | Path) -> Matrix:
         speed=_speed(p, raw.get("speed")),
         description=str(desc) if desc else "",
         drafter_models=dict(dm),
+        keys=keys,
     )
 
 

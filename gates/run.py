@@ -13,7 +13,7 @@ from typing import Any
 
 import git
 
-from gates import HARNESS_VERSION, BadInput, matrix, plan, prompts, refs, store
+from gates import HARNESS_VERSION, BadInput, matrix, plan, prompts, refs, store, validate
 from gates.arms import ArmRunner
 from gates.checks import equality, perf
 from gates.evaluate import evaluate
@@ -119,6 +119,7 @@ def run(opts: Options) -> int:
         if got is not None:
             st.put(ckey, {"caps": got})
 
+    validate.against_capabilities(m, [c for c, _ in caps.values() if c is not None])
     fixtures = {f"model:{n}": store.hash_dir(p) for n, p in models.items()}
     fixtures.update({f"prompts:{n}": store.hash_file(prompts.resolve_path(root, n)) for n in sets})
     n_workers, devices = workers(set(m.axes["backend"]), opts.jobs)
@@ -180,6 +181,7 @@ def run(opts: Options) -> int:
         },
         "gates": gates_out,
         "notes": the_plan.notes,
+        "bad_values": validate.values_run_nowhere(m, list(arm_rows.values())),
         "speed": speed,
         "arms": list(arm_rows.values()),
         "command": command_line(opts, root, mpath, sides["base"], sides["head"]),

@@ -14,7 +14,7 @@ from typing import Any
 import jinja2
 from tabulate import tabulate
 
-from gates import EXIT_ARM_FAILED, EXIT_GATE_FAILED, EXIT_OK, store
+from gates import EXIT_ARM_FAILED, EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, store
 from gates import prompts as prompts_mod
 from gates.checks.equality import describe_margin
 from gates.checks.perf import pretty
@@ -33,6 +33,9 @@ def verdict(man: dict[str, Any]) -> tuple[str, int]:
         failed.append("speed")
     crashed = [a for a in man["arms"] if a.get("status") == "crashed"]
     nc = [a for a in man["arms"] if a.get("status") in ("not_comparable", "refused")]
+    bad = man.get("bad_values") or []
+    if bad:
+        return f"❌ bad matrix: {bad[0]}", EXIT_BAD_INPUT
     if failed:
         return (
             f"❌ {len(failed)} gate{'s' * (len(failed) > 1)} failed: {', '.join(failed)}",

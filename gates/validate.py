@@ -1,0 +1,76 @@
+"""A matrix against the engines it will drive: values that neither commit's engine knows
+are typos (exit 2, the key named), not "not comparable" cells that pass green."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gates import BadInput
+from gates.matrix import Matrix
+
+# axis -> the capabilities list that names its values
+LISTED = {"kv": "kv", "drafter": "drafters"}
+
+
+def _known(caps: list[dict[str, Any]], key: str) -> set[Any] | None:
+    """The values any engine lists under ``key``; None if no engine lists it at all."""
+    lists = [c.get(key) for c in caps if isinstance(c.get(key), list)]
+    if not lists:
+        return None
+    return {v for values in lists for v in values}
+
+
+def _refuse(m: Matrix, key: str, axis: str, value: Any, known: set[Any]) -> BadInput:
+    shown = ", ".join(sorted(map(str, known)))
+    return BadInput(
+        f"{m.path}: {key}: expected a {axis} that the engine of base or head knows "
+        f"({shown}), got {value!r}"
+    )
+
+
+def against_capabilities(m: Matrix, caps: list[dict[str, Any]]) -> None:
+    """Raise BadInput for an axis, ``where`` or rule value that no engine knows."""
+    for axis, cap_key in LISTED.items():
+        known = _known(caps, cap_key)
+        if known is None:
+            continue
+        known |= {"none"} if axis == "drafter" else set()
+        for i, v in enumerate(m.axes[axis]):
+            if v not in known:
+                key = m.keys.get(axis, axis)
+                raise _refuse(m, f"{key}[{i}]" if key.startswith("axes.") else key, axis, v, known)
+        for gi, g in enumerate(m.gates):
+            for i, v in enumerate(g.where.get(axis, [])):
+                if v not in known:
+                    raise _refuse(m, f"gates[{gi}].where.{axis}[{i}]", axis, v, known)
+            if g.vary == axis:
+                for i, v in enumerate(g.values or ()):
+                    if v not in known:
+                        raise _refuse(m, f"gates[{gi}].{g.kind}.values[{i}]", axis, v, known)
+            if axis == "drafter":
+                for i, v in enumerate(g.drafters):
+                    if v not in known:
+                        raise _refuse(m, f"gates[{gi}].{g.kind}.drafter[{i}]", axis, v, known)
+    env = _known(caps, "env_flags")
+    for i, flags in enumerate(m.axes["flags"]):
+        for name in flags:
+            if env is not None and name not in env:
+                key = m.keys.get("flags", "flags")
+                raise _refuse(m, f"{key}[{i}].{name}", "ENGINE_* flag", name, env or {"(none)"})
+
+
+def values_run_nowhere(m: Matrix, arms: list[dict[str, Any]]) -> list[str]:
+    """Axis values whose every arm, on both commits, was refused or not comparable.
+
+    Such a value tests nothing: the matrix asks for something neither engine runs."""
+    out = []
+    for axis in ("parallel", "paging", "kv", "drafter", "backend", "prompts"):
+        if len(m.axes[axis]) < 2:
+            continue
+        for v in m.axes[axis]:
+            mine = [a for a in arms if a["config"].get(axis) == v]
+            if mine and all(a.get("status") in ("refused", "not_comparable") for a in mine):
+                why = mine[0].get("reason", "")
+                key = m.keys.get(axis, axis)
+                out.append(f"{m.path}: {key}: {v!r} ran on neither commit: {why}")
+    return out

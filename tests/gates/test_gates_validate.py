@@ -1,0 +1,74 @@
+"""Typos in a matrix are bad input (exit 2, the key named), never a green "not comparable"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import run_gates
+from gates import BadInput, matrix, validate
+
+CAPS = {"kv": ["bf16", "fp8"], "drafters": ["none", "mtp"], "env_flags": ["ENGINE_X"]}
+HEAD = "model: m\nprompts: p\n"
+
+
+def load(tmp_path: Path, text: str) -> matrix.Matrix:
+    p = tmp_path / "m.yaml"
+    p.write_text(text)
+    return matrix.load(p)
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("axes: {kv: [bf16, fp4]}\ngates: [{name: g, across_commits: {}}]", "axes.kv[1]"),
+        ("kv: fp4\ngates: [{name: g, across_commits: {}}]", "kv"),
+        ("gates: [{name: g, across_commits: {}, where: {kv: fp4}}]", "gates[0].where.kv[0]"),
+        (
+            "gates: [{name: g, within_commit: {vary: drafter, values: [warp], reference: none}}]",
+            "gates[0].within_commit.values[0]",
+        ),
+        (
+            "gates: [{name: g, acceptance_across_commits: {drafter: [mpt]}}]",
+            "gates[0].acceptance_across_commits.drafter[0]",
+        ),
+        (
+            "axes: {flags: [{}, {ENGINE_Y: 1}]}\ngates: [{name: g, across_commits: {}}]",
+            "axes.flags[1].ENGINE_Y",
+        ),
+    ],
+)
+def test_values_no_engine_knows_are_bad_input(tmp_path, text, key):
+    m = load(tmp_path, HEAD + text)
+    with pytest.raises(BadInput) as e:
+        validate.against_capabilities(m, [CAPS, {**CAPS, "kv": ["bf16"]}])
+    assert str(e.value).startswith(f"{m.path}: {key}: expected"), str(e.value)
+
+
+def test_a_value_one_engine_knows_is_fine(tmp_path):
+    m = load(tmp_path, HEAD + "axes: {kv: [bf16, fp8]}\ngates: [{name: g, across_commits: {}}]")
+    validate.against_capabilities(m, [{**CAPS, "kv": ["bf16"]}, CAPS])
+
+
+def test_an_axis_value_refused_on_both_commits_is_named(tmp_path):
+    m = load(tmp_path, HEAD + "axes: {parallel: [1, 100]}\ngates: [{name: g, across_commits: {}}]")
+    arms = [
+        {"config": {"parallel": 1}, "status": "ok"},
+        {"config": {"parallel": 100}, "status": "refused", "reason": "at most 64 lanes"},
+        {"config": {"parallel": 100}, "status": "refused", "reason": "at most 64 lanes"},
+    ]
+    (line,) = validate.values_run_nowhere(m, arms)
+    assert "axes.parallel: 100 ran on neither commit: at most 64 lanes" in line
+    arms[1]["status"] = "ok"  # one commit ran it: not comparable, not a typo
+    assert validate.values_run_nowhere(m, arms) == []
+
+
+def test_run_with_a_kv_typo_exits_2(stub_repo, capsys):
+    bad = stub_repo.root / "matrices" / "typo.yaml"
+    text = (stub_repo.root / "matrices" / "small.yaml").read_text()
+    bad.write_text(text.replace("kv: [bf16, fp8]", "kv: [bf16, fp4]"))
+    stub_repo.commit("head", OUTPUT_SALT="")
+    code, _, _ = run_gates(stub_repo, matrix="matrices/typo.yaml")
+    assert code == 2
+    assert "fp4" in capsys.readouterr().err
