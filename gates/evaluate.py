@@ -117,11 +117,18 @@ def _comparison(
     return e
 
 
+def background(arm: Arm, sets: dict[str, list[dict[str, Any]]]) -> frozenset[str]:
+    """Ids of the background-priority requests of an arm's prompt set."""
+    reqs = sets.get(arm.config["prompts"], [])
+    return frozenset(r["id"] for r in reqs if r.get("priority") == "background")
+
+
 def _check(
     c: ResourceCheck | ScheduleCheck | PairCheck,
     rows: dict[Arm, dict[str, Any]],
     results: dict[Arm, dict[str, Any]],
     gate: Gate,
+    sets: dict[str, list[dict[str, Any]]],
 ) -> dict[str, Any]:
     """A check of one arm (resource, schedule) or of base against head (behaviour)."""
     arms = (c.a, c.b) if isinstance(c, PairCheck) else (c.arm,)
@@ -140,9 +147,10 @@ def _check(
     if isinstance(c, ResourceCheck):
         got = resources.check(results[c.arm], c.limits)
     elif isinstance(c, ScheduleCheck):
-        got = schedule.check(results[c.arm], c.budgets)
+        got = schedule.check(results[c.arm], c.budgets, background(c.arm, sets))
     elif gate.kind == "schedule_across_commits":
-        got = schedule.compare(results[c.a], results[c.b], gate.metrics, gate.worse_by)
+        bg = background(c.b, sets)
+        got = schedule.compare(results[c.a], results[c.b], gate.metrics, gate.worse_by, bg)
     else:
         got = acceptance.compare(results[c.a], results[c.b], gate.max_drop)
     e["values"] = got["values"]
@@ -185,7 +193,7 @@ def evaluate(
                 entries.append(_comparison(c, rows, results, reqs, decoders.get(cfg["model"])))
         for rc in [*plan.checks, *plan.schedule_checks, *plan.pairs]:
             if rc.gate == gate.name:
-                entries.append(_check(rc, rows, results, gate))
+                entries.append(_check(rc, rows, results, gate, sets))
         cells: dict[str, dict[str, Any]] = {}
         for e in entries:
             cell = cells.setdefault(e["column"], {"matched": 0, "total": 0, "states": []})

@@ -69,6 +69,7 @@ SCHEDULE_METRICS = (
     "short_ttft_rounds",
     "long_gap_rounds",
     "debt_without_decoders",
+    "priority_inversions",
 )
 # Keys of a schedule rule's body that replace the matrix point's value for its arms.
 SCHEDULE_OVERRIDES = ("prompts", "parallel", "share")

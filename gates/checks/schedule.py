@@ -16,14 +16,20 @@ Metrics, each the worst case over the arm's streams:
   first token (short prompts stuck behind a long prompt's decode debt);
 * ``long_gap_rounds``: the most rounds between two steps of one long prompt;
 * ``debt_without_decoders``: the largest decode debt (ms) owed while no stream decodes
-  (debt that outlived its decoders).
+  (debt that outlived its decoders);
+* ``priority_inversions``: prompt steps given to a background prompt while a foreground
+  prompt of its class (short or long) waited, before the background one had waited
+  AGED_AFTER actions (the engine's aging lets it go first after that).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+AGED_AFTER = 8  # actions a waiting prompt is passed over before it is aged
+
 LABELS = {
+    "priority_inversions": "background steps ahead of waiting foreground prompts",
     "max_decode_gap_rounds": "largest decode gap (actions)",
     "short_ttft_rounds": "short prompt's rounds to first token",
     "long_gap_rounds": "rounds between a long prompt's steps",
@@ -32,8 +38,14 @@ LABELS = {
 ROW_KEYS = ("kind", "decoding", "decoded", "stepped", "waiting")
 
 
-def metrics(trace: list[dict[str, Any]]) -> dict[str, float]:
+def metrics(
+    trace: list[dict[str, Any]], background: frozenset[str] = frozenset()
+) -> dict[str, float]:
+    """``background``: ids of the background-priority requests."""
     gap: dict[str, int] = {}
+    cls: dict[str, str] = {}
+    passed: dict[str, int] = {}  # prompt -> actions since it arrived or was last stepped
+    inversions = 0
     worst_gap = 0
     arrived_at: dict[str, int] = {}  # short prompt -> rounds seen since it arrived
     worst_ttft = 0
@@ -41,9 +53,18 @@ def metrics(trace: list[dict[str, Any]]) -> dict[str, float]:
     worst_long = 0
     debt = 0.0
     for row in trace:
-        for rid, cls in (row.get("arrived") or {}).items():
-            if cls == "short":
+        for rid, kind in (row.get("arrived") or {}).items():
+            cls[rid], passed[rid] = kind, 0
+            if kind == "short":
                 arrived_at[rid] = 0
+        waiting = set(row.get("waiting") or [])
+        for rid in row.get("stepped") or {}:
+            if rid in background and passed.get(rid, 0) < AGED_AFTER:
+                ahead = [w for w in waiting if w not in background and cls.get(w) == cls.get(rid)]
+                inversions += bool(ahead)
+            passed[rid] = 0
+        for rid in waiting:
+            passed[rid] = passed.get(rid, 0) + 1
         decoding, decoded = row.get("decoding") or [], set(row.get("decoded") or [])
         for rid in decoding:
             gap[rid] = 0 if rid in decoded else gap.get(rid, 0) + 1
@@ -77,6 +98,7 @@ def metrics(trace: list[dict[str, Any]]) -> dict[str, float]:
         "short_ttft_rounds": worst_ttft,
         "long_gap_rounds": worst_long,
         "debt_without_decoders": round(debt, 3),
+        "priority_inversions": inversions,
     }
 
 
@@ -85,12 +107,14 @@ def _trace(result: dict[str, Any]) -> list[dict[str, Any]] | None:
     return t if isinstance(t, list) else None
 
 
-def check(result: dict[str, Any], budgets: dict[str, float]) -> dict[str, Any]:
+def check(
+    result: dict[str, Any], budgets: dict[str, float], background: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """{"ok": bool | None, "values", "problems"}; ok None: the engine wrote no trace."""
     trace = _trace(result)
     if trace is None:
         return {"ok": None, "values": {}, "problems": ["the engine writes no schedule trace"]}
-    got = metrics(trace)
+    got = metrics(trace, background)
     values = {k: got[k] for k in budgets}
     problems = [
         f"{LABELS[k]}: {got[k]:g} (budget {limit:g})"
@@ -118,7 +142,11 @@ def _what(row: dict[str, Any]) -> str:
 
 
 def compare(
-    a: dict[str, Any], b: dict[str, Any], names: tuple[str, ...], worse_by: float
+    a: dict[str, Any],
+    b: dict[str, Any],
+    names: tuple[str, ...],
+    worse_by: float,
+    background: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """Head (b) against base (a): fails when head is worse on a metric by more than
     ``worse_by``; a changed trace is a notice, not a failure."""
@@ -126,7 +154,7 @@ def compare(
     if ta is None or tb is None:
         side = "base" if ta is None else "head"
         return {"ok": None, "values": {}, "problems": [f"the {side} engine writes no trace"]}
-    ma, mb = metrics(ta), metrics(tb)
+    ma, mb = metrics(ta, background), metrics(tb, background)
     values = {k: f"{ma[k]:g} → {mb[k]:g}" for k in names}
     problems = [
         f"{LABELS[k]}: {ma[k]:g} on base, {mb[k]:g} on head (allowed {worse_by:g} worse)"

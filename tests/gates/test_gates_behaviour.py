@@ -79,6 +79,7 @@ def test_schedule_metrics_from_a_trace():
         "short_ttft_rounds": 2,  # s2 waited through two rounds
         "long_gap_rounds": 3,  # three rounds between L's two steps
         "debt_without_decoders": 3.0,  # owed at the last step, with no decoder
+        "priority_inversions": 0,
     }
     res = schedule.check({"trace": trace}, {"max_decode_gap_rounds": 1, "short_ttft_rounds": 2})
     assert res["ok"] is False and res["problems"] == ["largest decode gap (actions): 2 (budget 1)"]
@@ -170,3 +171,20 @@ def test_bad_behaviour_rules_name_the_key(tmp_path: Path, body: str, key: str):
     with pytest.raises(BadInput) as e:
         matrix.load(p)
     assert str(e.value).startswith(f"{p}: {key}: expected"), str(e.value)
+
+
+def test_priority_inversions_count_unaged_background_steps_ahead_of_foreground():
+    def step(rid, waiting, arrived=None):
+        r = row("short", stepped={rid: 2}, arrived=arrived, first=[rid], fin={rid: "length"})
+        r["waiting"] = waiting
+        return r
+
+    arrived = {"f1": "short", "f2": "short", "b1": "short"}
+    good = [step("f1", ["f2", "b1"], arrived), step("f2", ["b1"]), step("b1", [])]
+    bad = [step("b1", ["f1", "f2"], arrived), step("f1", ["f2"]), step("f2", [])]
+    assert schedule.metrics(good, frozenset({"b1"}))["priority_inversions"] == 0
+    assert schedule.metrics(bad, frozenset({"b1"}))["priority_inversions"] == 1
+    aged = [step(f"f{i}", [f"f{i + 1}", "b1"], {f"f{i}": "short"}) for i in range(8)]
+    aged[0]["arrived"]["b1"] = "short"
+    aged.append(step("b1", ["f8"], {"f8": "short"}))  # waited 8 actions: aged, may go first
+    assert schedule.metrics(aged, frozenset({"b1"}))["priority_inversions"] == 0
