@@ -46,7 +46,7 @@ def capabilities() -> dict:
         "request_keys": list(REQUEST_KEYS),
         "reply_keys": list(REPLY_KEYS),
         "metrics_keys": list(METRICS_KEYS),
-        "env_flags": [],
+        "env_flags": ["ENGINE_CALIBRATE_SLOWDOWN"],
     }
 
 

@@ -3,6 +3,7 @@ the policy chooses, verifies drafts, and gives lanes and pages back on every exi
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -13,7 +14,7 @@ import numpy as np
 from engine.config import EngineConfig
 from engine.draft.base import Drafter, NoDrafter
 from engine.kv.plan import PagePlan
-from engine.lanes import policy
+from engine.lanes import calibrate, policy
 from engine.lanes.clock import Clock, RealClock
 from engine.lanes.request import Request
 from engine.lanes.sampling import logit_hash, margin, sample
@@ -65,6 +66,7 @@ class Engine:
         self._arrived: list[int] = []  # sids gone live since the last event
         self._ended: list[int] = []  # sids finished since the last event
         self.stats = {"prefill_tokens": 0, "decode_tokens": 0, "rounds": 0, "steps": 0}
+        self._slowdown = calibrate.slowdown()  # ENGINE_CALIBRATE_SLOWDOWN; 0 = off
 
     # ---- requests -------------------------------------------------------------------
     def submit(self, req: Request) -> Stream:
@@ -158,7 +160,10 @@ class Engine:
             streams[0].passed_over = 0
             work = partial(self._prompt_step, streams[0])
         fresh = [s for s in streams if len(s.tokens) == s.prompt_len]
+        cpu0 = time.process_time() if self._slowdown else 0.0
         self._guarded(streams, work)
+        if self._slowdown:
+            calibrate.burn(self._slowdown * (time.process_time() - cpu0))
         self.clock.charge(action.kind, self._rows)
         seconds = self.clock.now() - start
         policy.account(self.state, action, seconds, self.cfg.share)

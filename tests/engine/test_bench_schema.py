@@ -1,0 +1,70 @@
+"""bench --json: bench schema 1; ENGINE_CALIBRATE_SLOWDOWN costs time, never tokens."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.__main__ import main
+from engine.cli.capabilities import capabilities
+from engine.errors import InputError
+from engine.lanes import calibrate
+
+MODEL = str(Path(__file__).resolve().parents[2] / "fixtures" / "models" / "tiny-qwen3")
+ROW_KEYS = {
+    "parallel",
+    "decode_tok_s",
+    "prefill_tok_s",
+    "ttft_ms",
+    "cpu_s_per_token",
+    "decode_cpu_s_per_token",
+    "prefill_cpu_s_per_token",
+    "wall_s",
+    "cpu_s",
+    "generated_tokens",
+}
+
+
+def _bench(capsys, *extra: str) -> dict:
+    argv = ["bench", "--json", "--model", MODEL, "--prompt-tokens", "8", "--gen-tokens", "4"]
+    assert main([*argv, "--repeats", "1", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_bench_schema_1(capsys):
+    out = _bench(capsys, "--parallel", "1,2")
+    assert out["bench_schema"] == 1
+    assert [r["parallel"] for r in out["sweep"]] == [1, 2]
+    for r in out["sweep"]:
+        assert ROW_KEYS <= set(r)
+        assert r["generated_tokens"] == 4 * r["parallel"]
+        assert r["cpu_s_per_token"] > 0 and r["decode_tok_s"] > 0 and r["ttft_ms"] > 0
+    assert {"cpu", "cores", "threads", "python", "numpy"} <= set(out["machine"])
+    assert {"cpu_s", "wall_s", "loadavg_start", "loadavg_end"} <= set(out["process"])
+
+
+def test_calibrate_knob(monkeypatch, capsys):
+    assert "ENGINE_CALIBRATE_SLOWDOWN" in capabilities()["env_flags"]
+    monkeypatch.delenv(calibrate.VAR, raising=False)
+    assert calibrate.slowdown() == 0.0
+    monkeypatch.setenv(calibrate.VAR, "0.25")
+    assert calibrate.slowdown() == 0.25
+    out = _bench(capsys, "--warmup", "0")
+    assert out["flags"] == {calibrate.VAR: "0.25"}
+    for bad in ("fast", "-1"):
+        monkeypatch.setenv(calibrate.VAR, bad)
+        with pytest.raises(InputError, match=calibrate.VAR):
+            calibrate.slowdown()
+
+
+def test_calibrate_keeps_tokens(monkeypatch, capsys):
+    argv = ["generate", "--model", MODEL, "--prompt", "Return the", "--max-tokens", "6", "--json"]
+    monkeypatch.delenv(calibrate.VAR, raising=False)
+    assert main(argv) == 0
+    plain = json.loads(capsys.readouterr().out)
+    monkeypatch.setenv(calibrate.VAR, "0.5")
+    assert main(argv) == 0
+    slowed = json.loads(capsys.readouterr().out)
+    assert slowed["ids"] == plain["ids"]
