@@ -360,7 +360,11 @@ def _duration(s: float) -> str:
     return f"{s:.0f}s" if s < 60 else f"{int(s // 60)}m {int(s % 60):02d}s"
 
 
-def markdown(man: dict[str, Any]) -> str:
+MAX_MARKDOWN = 60_000  # GitHub refuses a PR body or comment over 65,536 characters
+
+
+def markdown(man: dict[str, Any], details: bool = True) -> str:
+    """The receipt. ``details``: with every comparison and per-arm data."""
     return (
         _env()
         .get_template("receipt.md.j2")
@@ -375,19 +379,33 @@ def markdown(man: dict[str, Any]) -> str:
             entries_table=entries_table(man),
             arms_table=arms_table(man),
             machine=machine_line(man),
+            details=details,
+            stem=file_stem(man),
         )
     )
 
 
 def file_stem(man: dict[str, Any]) -> str:
-    return f"{man['base']['sha'][:10]}..{man['head']['sha'][:10]}"
+    """<base>..<head>.<matrix>: a run of another matrix does not overwrite this one."""
+    name = "".join(c if c.isalnum() or c in "-_" else "-" for c in man["matrix"]["name"])
+    return f"{man['base']['sha'][:10]}..{man['head']['sha'][:10]}.{name}"
 
 
 def write(man: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     md, js = out_dir / f"{file_stem(man)}.md", out_dir / f"{file_stem(man)}.json"
     store.write_atomic(js, json.dumps(man, indent=1, sort_keys=False, default=str) + "\n")
-    store.write_atomic(md, markdown(man))
+    text = markdown(man)
+    full = out_dir / f"{file_stem(man)}.full.md"
+    if len(text) > MAX_MARKDOWN:  # the details go to a full report beside it
+        store.write_atomic(full, text)
+        text = markdown(man, details=False)
+        if len(text) > MAX_MARKDOWN:
+            cut = text.rfind("\n", 0, MAX_MARKDOWN - 200)
+            text = text[:cut] + f"\n\n… cut at {MAX_MARKDOWN} characters: see `{full.name}`\n"
+    elif full.exists():
+        full.unlink()
+    store.write_atomic(md, text)
     return md, js
 
 

@@ -269,11 +269,11 @@ def test_lean_reports_only_new_problems(stub_repo, capsys):
 def test_refused_arm_is_not_comparable_unless_the_other_commit_ran_it(stub_repo):
     stub_repo.commit("both refuse fp8", REFUSE_KV="fp8")
     stub_repo.commit("head too")
-    code, man, md = run_gates(stub_repo)
-    assert code == 0, md
+    code, man, md = run_gates(stub_repo)  # a whole axis value neither commit runs: not green
+    assert code == 2, md
     g = gate(man, "flags unset == main")
     assert g["cells"]["fp8"]["status"] == "not_comparable"
-    assert "refused (exit 2): error: --kv fp8: not with this model" in md
+    assert "axes.kv: 'fp8' ran on neither commit: refused (exit 2): error: --kv fp8" in md
     code, man, md = run_gates(stub_repo, base="main~2", head="main")
     assert code == 3
     g = gate(man, "flags unset == main")
