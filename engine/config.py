@@ -42,8 +42,8 @@ class EngineConfig:
 
     def validate(self) -> EngineConfig:
         def positive(name: str, value: float) -> None:
-            if value <= 0:
-                raise InputError(f"--{name.replace('_', '-')}: must be > 0, got {value}")
+            if not value > 0 or value == float("inf"):  # NaN and inf fail too
+                raise InputError(f"--{name.replace('_', '-')}: must be a number > 0, got {value}")
 
         for name in ("parallel", "context", "page_rows", "step_rows", "share", "draft_tokens"):
             positive(name, getattr(self, name))

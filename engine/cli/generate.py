@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 from engine.cli.common import (
     add_engine_flags,
@@ -55,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
             f"--prompt: {len(ids)} prompt tokens + --max-tokens {args.max_tokens} exceed "
             f"max_position_embeddings {limit} of {args.model}/config.json"
         )
+    if not 0 <= args.temperature < math.inf:
+        raise InputError(f"--temperature: must be a finite number >= 0, got {args.temperature}")
     context = max(args.context, len(ids) + args.max_tokens)
     cfg = engine_config(args, context=context)
     engine = Engine(model, cfg, drafter=make_drafter(cfg, model))

@@ -46,8 +46,13 @@ def read_requests(path: str, tokenizer: Any) -> list[Request]:
     src = Path(path)
     if not src.is_file():
         raise InputError(f"{path}: not found")
+    try:
+        text = src.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = src.read_bytes()[: exc.start].count(b"\n") + 1
+        raise InputError(f"{path}:{line}: not UTF-8 (byte {exc.object[exc.start]:#04x})") from None
     requests, seen = [], set()
-    for number, line in enumerate(src.read_text().splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
@@ -65,7 +70,20 @@ def read_requests(path: str, tokenizer: Any) -> list[Request]:
     return requests
 
 
+def writable(path: str | None, flag: str) -> None:
+    """Refuse an output path whose folder does not exist before any work is done."""
+    if path is None:
+        return
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise InputError(f"{flag} {path}: the folder {folder} does not exist")
+    if Path(path).is_dir():
+        raise InputError(f"{flag} {path}: is a folder")
+
+
 def run(args: argparse.Namespace) -> int:
+    for path, flag in ((args.out, "--out"), (args.metrics, "--metrics"), (args.trace, "--trace")):
+        writable(path, flag)
     model, tokenizer = load(args)
     requests = read_requests(args.requests, tokenizer)
     cfg = engine_config(args)

@@ -9,6 +9,7 @@ from typing import Any
 from engine.errors import InputError
 
 KINDS = ("complete", "embed")
+MAX_ARRIVAL_S = 3600.0  # an arrival is a test's offset, not a schedule for next week
 PRIORITIES = ("foreground", "background")
 REQUEST_KEYS = (
     "id", "prompt", "prompt_ids", "messages", "max_tokens", "kind", "stop_ids", "temperature",
@@ -48,6 +49,11 @@ def parse_request(obj: Any, where: str, tokenizer: Any = None) -> Request:
             raise InputError(f"{where}: field '{name}' has the wrong type ({value!r})")
         return value
 
+    unknown = sorted(k for k in obj if k not in REQUEST_KEYS)
+    if unknown:  # a typo (temprature) must not quietly run another request
+        raise InputError(
+            f"{where}: unknown field '{unknown[0]}' (fields: {', '.join(REQUEST_KEYS)})"
+        )
     rid = obj.get("id")
     if not isinstance(rid, (str, int)) or isinstance(rid, bool):
         raise InputError(f"{where}: field 'id' is required (a string)")
@@ -91,8 +97,10 @@ def parse_request(obj: Any, where: str, tokenizer: Any = None) -> Request:
     if not 0 <= temperature < math.inf:  # NaN fails too
         raise InputError(f"{where}: field 'temperature' must be a finite number >= 0")
     arrival = field_of("arrival", float, 0.0)
-    if not 0 <= arrival < math.inf:
-        raise InputError(f"{where}: field 'arrival' must be a finite number of seconds >= 0")
+    if not 0 <= arrival <= MAX_ARRIVAL_S:
+        raise InputError(
+            f"{where}: field 'arrival' must be between 0 and {MAX_ARRIVAL_S:g} seconds"
+        )
     cancel_after = field_of("cancel_after", int, None)
     if cancel_after is not None and cancel_after < 0:
         raise InputError(f"{where}: field 'cancel_after' must be >= 0")

@@ -183,6 +183,8 @@ def test_a_malformed_line_names_its_line_number(tmp_path: Path, capsys) -> None:
         json.dumps({"id": "b", "prompt_ids": [1], "cancel_after_rows": 0}): "cancel_after_rows",
         json.dumps({"id": "b", "prompt_ids": [1], "cancel_after_rows": "x"}): "cancel_after_rows",
         json.dumps([1, 2]): "JSON object",
+        json.dumps({"id": "b", "prompt_ids": [1], "temprature": 0.5}): "unknown field 'temprature'",
+        json.dumps({"id": "b", "prompt_ids": [1], "arrival": 1e6}): "arrival",
     }
     for bad, reason in cases.items():
         src = write_jsonl(tmp_path / "in.jsonl", [good, "", bad])
@@ -245,3 +247,24 @@ def test_bad_engine_flags(tmp_path: Path, capsys) -> None:
         code = main(["run", "--model", str(TINY), "--requests", str(src),
                      "--out", str(tmp_path / "o.jsonl"), *flags])  # fmt: skip
         assert reason in one_line_error(capsys, code)
+
+
+def test_bad_bytes_and_outputs_are_one_line_errors(tmp_path: Path, capsys) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b'{"id": "a", "prompt_ids": [1]}\n{"id": "b", "prompt": "caf\xe9"}\n')
+    code = main(["run", "--model", str(TINY), "--requests", str(src),
+                 "--out", str(tmp_path / "o.jsonl")])  # fmt: skip
+    assert f"{src}:2: not UTF-8" in one_line_error(capsys, code)
+    good = write_jsonl(tmp_path / "ok.jsonl", [{"id": "a", "prompt_ids": [1]}])
+    for flag in ("--out", "--metrics", "--trace"):
+        argv = ["run", "--model", str(TINY), "--requests", str(good),
+                "--out", str(tmp_path / "o.jsonl")]  # fmt: skip
+        if flag == "--out":
+            argv[-1] = str(tmp_path / "missing" / "o.jsonl")
+        else:
+            argv += [flag, str(tmp_path / "missing" / "x")]
+        line = one_line_error(capsys, main(argv))
+        assert flag in line and "does not exist" in line, line
+    code = main(["run", "--model", str(TINY), "--requests", str(good),
+                 "--out", str(tmp_path / "o.jsonl"), "--share", "nan"])  # fmt: skip
+    assert "--share" in one_line_error(capsys, code)
