@@ -6,6 +6,7 @@ import datetime as dt
 import os
 import shlex
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,12 +79,25 @@ def command_line(opts: Options, root: Path, mpath: Path, base: refs.Side, head: 
     )
 
 
+def receipts_writable(out_dir: Path) -> None:
+    """Refuse an --out where the receipt could not be written, before any arm runs."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".probe-"):
+            pass
+    except OSError as e:
+        why = e.strerror or e
+        raise BadInput(f"--out {out_dir}: cannot write a receipt there ({why})") from None
+
+
 def run(opts: Options) -> int:
     t0 = time.monotonic()
     repo = refs.open_repo(opts.repo)
     root = refs.repo_root(repo)
     mpath = _matrix_path(root, opts.matrix)
     m = matrix.load(mpath)
+    out_dir = Path(opts.out) if opts.out else root / "receipts"
+    receipts_writable(out_dir)
     sets = {name: prompts.load(prompts.resolve_path(root, name)) for name in m.prompt_sets()}
     models = {}
     for name in m.axes["model"]:
@@ -189,7 +203,6 @@ def run(opts: Options) -> int:
     }
     verdict, code = render.verdict(manifest)
     manifest["verdict"], manifest["exit_code"] = verdict, code
-    out_dir = Path(opts.out) if opts.out else root / "receipts"
     md_path, json_path = render.write(manifest, out_dir)
     print(render.summary(manifest, md_path))
     return code

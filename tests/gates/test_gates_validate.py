@@ -72,3 +72,14 @@ def test_run_with_a_kv_typo_exits_2(stub_repo, capsys):
     code, _, _ = run_gates(stub_repo, matrix="matrices/typo.yaml")
     assert code == 2
     assert "fp4" in capsys.readouterr().err
+
+
+def test_an_out_folder_that_cannot_hold_a_receipt_fails_before_any_arm(stub_repo, capsys):
+    from gates.__main__ import main
+
+    blocker = stub_repo.root / "a-file"
+    blocker.write_text("")
+    code = main(["run", "--repo", str(stub_repo.root), "--base", "main", "--head", "main",
+                 "--matrix", "matrices/small.yaml", "--quiet", "--out", str(blocker / "x")])  # fmt: skip
+    assert code == 2
+    assert "--out" in capsys.readouterr().err
