@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from engine.cli.common import add_engine_flags, add_model_flags, engine_config, load, make_drafter
+from engine.errors import InputError
 from engine.lanes.engine import Engine
 from engine.serve.httpd import Server
 from engine.serve.worker import EngineWorker
@@ -27,9 +28,13 @@ def run(args: argparse.Namespace) -> int:
     cfg = engine_config(args)
     worker = EngineWorker(Engine(model, cfg, drafter=make_drafter(cfg, model)))
     worker.start()
-    server = Server(
-        (args.host, args.port), worker, tokenizer, Path(args.model).name, verbose=args.verbose
-    )
+    try:
+        server = Server(
+            (args.host, args.port), worker, tokenizer, Path(args.model).name, verbose=args.verbose
+        )
+    except OSError as exc:
+        worker.stop()
+        raise InputError(f"--host {args.host} --port {args.port}: {exc.strerror or exc}") from None
     host, port = server.server_address[:2]
     print(
         f"serving {args.model} on http://{host}:{port}/v1 (parallel {cfg.parallel})",

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import json
+import queue
+import select
+import socket
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -11,6 +14,9 @@ from engine.errors import InputError
 from engine.lanes.stream import Stream
 from engine.serve import openai
 from engine.serve.worker import EngineWorker
+
+MAX_BODY = 4 << 20  # bytes of a request body
+POLL_S = 0.05  # how often a waiting non-streaming handler looks for a closed connection
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -27,10 +33,16 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client left before its reply
 
-    def _error(self, status: int, message: str) -> None:
-        self._send(status, {"error": {"message": message, "type": "invalid_request_error"}})
+    def _error(self, status: int, message: str, param: str | None = None) -> None:
+        """The OpenAI error shape: {"error": {"message", "type", "param", "code"}}."""
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        body = {"message": message, "type": kind, "param": param, "code": None}
+        self._send(status, {"error": body})
 
     def do_GET(self) -> None:
         if self.path == "/health":
@@ -61,10 +73,20 @@ class Handler(BaseHTTPRequestHandler):
             return
         try:
             length = int(self.headers.get("Content-Length", "0"))
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY:
+            self.close_connection = True  # the body cannot be read past: drop the connection
+            self._error(400, f"Content-Length: expected 0..{MAX_BODY} bytes")
+            return
+        try:
             body = json.loads(self.rfile.read(length) or b"null")
             request, stream = openai.to_request(body, chat, self.server.tokenizer)
         except json.JSONDecodeError as exc:
             self._error(400, f"request body: not valid JSON ({exc.msg})")
+            return
+        except openai.Unsupported as exc:
+            self._error(400, str(exc), exc.param)
             return
         except (InputError, ValueError) as exc:
             self._error(400, str(exc))
@@ -74,7 +96,14 @@ class Handler(BaseHTTPRequestHandler):
             self._stream(ticket, chat)
             return
         while True:
-            item = ticket.updates.get()
+            try:
+                item = ticket.updates.get(timeout=POLL_S)
+            except queue.Empty:
+                if self._client_left():
+                    self.server.worker.cancel(ticket)  # nobody waits for it: free its lane
+                    self.close_connection = True
+                    return
+                continue
             if isinstance(item, Stream):
                 status = 400 if item.finish_reason == "error" else 200
                 self._send(
@@ -82,6 +111,14 @@ class Handler(BaseHTTPRequestHandler):
                     openai.completion(item, self.server.tokenizer, chat, self.server.model_name),
                 )
                 return
+
+    def _client_left(self) -> bool:
+        """True when the client closed its end (readable with nothing to read)."""
+        try:
+            ready, _, _ = select.select([self.connection], [], [], 0)
+            return bool(ready) and not self.connection.recv(1, socket.MSG_PEEK)
+        except OSError:
+            return True
 
     def _stream(self, ticket: Any, chat: bool) -> None:
         self.send_response(200)
@@ -119,6 +156,7 @@ class Handler(BaseHTTPRequestHandler):
 
 class Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 256  # the listen backlog (the default 5 reset clients under load)
 
     def __init__(
         self,

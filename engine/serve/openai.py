@@ -14,10 +14,31 @@ from engine.lanes.stream import Stream
 FINISH = {"stop": "stop", "length": "length", "cancelled": "stop", "error": "error"}
 
 
+class Unsupported(InputError):
+    """An OpenAI field this server does not implement: refused, never ignored."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def _refuse_unsupported(body: dict[str, Any]) -> None:
+    if body.get("n", 1) not in (1, None):
+        raise Unsupported("n", "field 'n': only n = 1 is supported")
+    if body.get("best_of", 1) not in (1, None):
+        raise Unsupported("best_of", "field 'best_of': only 1 is supported")
+    for key in ("logprobs", "top_logprobs", "echo", "suffix", "tools", "functions", "logit_bias"):
+        if body.get(key) not in (None, False, 0):
+            raise Unsupported(key, f"field '{key}' is not supported by this server")
+    if body.get("stop") not in (None, [], ""):
+        raise Unsupported("stop", "field 'stop': stop strings are not supported; use stop_ids")
+
+
 def to_request(body: Any, chat: bool, tokenizer: Any) -> tuple[Request, bool]:
     """An engine Request from an OpenAI body; also whether the client wants a stream."""
     if not isinstance(body, dict):
         raise InputError("request body: expected a JSON object")
+    _refuse_unsupported(body)
     fields: dict[str, Any] = {"id": uuid.uuid4().hex[:16]}
     if chat:
         fields["messages"] = body.get("messages")
@@ -61,8 +82,15 @@ def completion(s: Stream, tokenizer: Any, chat: bool, model: str) -> dict[str, A
         "drafted": s.drafted,
         "accepted": s.accepted,
     }
-    if s.error:
-        out["error"] = s.error
+    if s.error:  # a request the engine could not serve: the OpenAI error shape
+        return {
+            "error": {
+                "message": s.error,
+                "type": "invalid_request_error",
+                "param": None,
+                "code": None,
+            }
+        }
     return out
 
 

@@ -4,6 +4,7 @@ bit; streaming gives the same ids; bad input is a 400; nothing is left in use at
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 import urllib.error
@@ -109,7 +110,7 @@ def test_bad_input_is_400_and_nothing_is_left_in_use(server):
     status, raw = post(server + "/v1/completions", {"prompt": 5})
     assert status == 400 and "prompt" in json.loads(raw)["error"]["message"]
     status, raw = post(server + "/v1/completions", {"prompt": "hi", "max_tokens": 5000})
-    assert status == 400 and "context" in json.loads(raw)["error"]
+    assert status == 400 and "context" in json.loads(raw)["error"]["message"]
     deadline = time.time() + 10
     while time.time() < deadline:
         with urllib.request.urlopen(server + "/metrics", timeout=10) as resp:
@@ -118,3 +119,65 @@ def test_bad_input_is_400_and_nothing_is_left_in_use(server):
             break
         time.sleep(0.05)
     assert metrics["pages_in_use"] == 0 and metrics["unplanned_allocations"] == 0
+
+
+def metrics_of(server: str) -> dict:
+    with urllib.request.urlopen(server + "/metrics", timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def test_errors_have_the_openai_shape_and_unsupported_fields_are_refused(server):
+    for field, value in (("n", 2), ("logprobs", 3), ("stop", ["\n"]), ("echo", True)):
+        status, raw = post(server + "/v1/completions", {"prompt": "hi", field: value})
+        err = json.loads(raw)["error"]
+        assert status == 400 and err["param"] == field, raw
+        assert set(err) == {"message", "type", "param", "code"}
+
+
+def test_a_bad_content_length_is_400_not_a_hang(server):
+    host, port = server.removeprefix("http://").split(":")
+    for length in ("-1", "abc", str(1 << 30)):
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            head = f"POST /v1/completions HTTP/1.1\r\nContent-Length: {length}\r\n\r\n"
+            s.sendall(head.encode())
+            assert s.recv(64).startswith(b"HTTP/1.1 400"), length
+
+
+def test_many_clients_at_once_are_all_answered(server):
+    def one(i: int) -> int:
+        return post(server + "/v1/completions", {"prompt": [5 + i], "max_tokens": 1})[0]
+
+    with ThreadPoolExecutor(48) as pool:
+        assert list(pool.map(one, range(48))) == [200] * 48
+
+
+def test_a_client_that_leaves_frees_its_lane(server):
+    before = metrics_of(server)["decode_tokens"]
+    host, port = server.removeprefix("http://").split(":")
+    body = json.dumps({"prompt": [7, 8, 9], "max_tokens": 1000, "ignore_eos": True}).encode()
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        time.sleep(0.02)  # it is generating
+    deadline = time.time() + 20
+    while time.time() < deadline and metrics_of(server)["live_streams"]:
+        time.sleep(0.05)
+    m = metrics_of(server)
+    assert m["live_streams"] == 0 and m["pages_in_use"] == 0
+    assert m["decode_tokens"] - before < 900  # cancelled, not run to max_tokens
+
+
+def test_a_port_in_use_is_a_one_line_error(capsys):
+    from engine.__main__ import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["serve", "--model", str(TINY), "--port", str(port)])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--port {port}" in err[0], err
