@@ -24,6 +24,7 @@ See docs/gates.md for every key.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,13 +75,21 @@ SCHEDULE_METRICS = (
 # Keys of a schedule rule's body that replace the matrix point's value for its arms.
 SCHEDULE_OVERRIDES = ("prompts", "parallel", "share")
 SPEED_KEYS = {
-    "runs": int,
     "parallel": list,
-    "max_ratio_drop": float,
     "prompt_tokens": int,
     "gen_tokens": int,
     "repeats": int,
+    "metrics": list,
+    "blocks": int,
+    "add_blocks": int,
+    "max_blocks": int,
+    "budget_s": int,
+    "alpha": float,
+    "delta": float,
+    "min_effect": float,
     "timeout": int,
+    "runs": int,  # before bench schema 1: runs per side -> blocks = ceil(runs / 2)
+    "max_ratio_drop": float,  # before bench schema 1: -> delta
 }
 
 
@@ -328,13 +337,21 @@ def _speed(path: Path, raw: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(raw, dict):
         raise _fail(path, "speed", "a mapping", raw)
+    from gates.speed import schema
+
     out: dict[str, Any] = {
-        "runs": 5,
         "parallel": [1, 2, 4, 8],
-        "max_ratio_drop": 0.05,
         "prompt_tokens": 128,
         "gen_tokens": 32,
-        "repeats": 3,
+        "repeats": 1,
+        "metrics": list(schema.DEFAULT_METRICS),
+        "blocks": 6,
+        "add_blocks": 6,
+        "max_blocks": 24,
+        "budget_s": 270,
+        "alpha": 0.05,
+        "delta": 0.05,
+        "min_effect": 0.02,
         "timeout": 600,
     }
     for k, v in raw.items():
@@ -347,9 +364,30 @@ def _speed(path: Path, raw: Any) -> dict[str, Any] | None:
             raise _fail(path, f"speed.{k}", f"a {typ.__name__}", v)
         if k == "parallel":
             v = _norm_values(path, "speed.parallel", "parallel", v)
+        if k == "metrics":
+            bad = [m for m in v if m not in schema.METRICS]
+            if bad or not v:
+                raise _fail(path, "speed.metrics", f"a list of {', '.join(schema.METRICS)}", v)
         out[k] = v
-    if out["runs"] < 1:
-        raise _fail(path, "speed.runs", "at least 1", out["runs"])
+    if "runs" in raw:
+        if out["runs"] < 1:
+            raise _fail(path, "speed.runs", "at least 1", out["runs"])
+        if "blocks" not in raw:
+            out["blocks"] = max(1, math.ceil(out["runs"] / 2))
+    if "max_ratio_drop" in raw and "delta" not in raw:
+        out["delta"] = out.pop("max_ratio_drop")
+    out.pop("runs", None)
+    out.pop("max_ratio_drop", None)
+    for k in ("blocks", "max_blocks", "prompt_tokens", "gen_tokens", "repeats", "budget_s"):
+        if out[k] < 1:
+            raise _fail(path, f"speed.{k}", "at least 1", out[k])
+    if out["add_blocks"] < 0:
+        raise _fail(path, "speed.add_blocks", "at least 0", out["add_blocks"])
+    if out["max_blocks"] < out["blocks"]:
+        out["max_blocks"] = out["blocks"]
+    for k in ("alpha", "delta", "min_effect"):
+        if not 0 <= out[k] < 1:
+            raise _fail(path, f"speed.{k}", "a fraction in [0, 1)", out[k])
     return out
 
 

@@ -228,7 +228,7 @@ def _speed(
     if missing_side:
         return {
             "status": "not_comparable",
-            "metrics": [],
+            "cells": [],
             "reason": f"{', '.join(missing_side)}: the commit has no engine/",
         }
     model = models[m.axes["model"][0]]
@@ -243,7 +243,7 @@ def _speed(
             None if quiet else log,
         )
     except OSError as e:
-        return {"status": "could_not_run", "metrics": [], "reason": str(e)}
+        return {"status": "could_not_run", "cells": [], "reason": str(e)}
 
 
 def open_repo_or_none(path: str) -> git.Repo | None:

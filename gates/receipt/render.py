@@ -7,7 +7,6 @@ a receipt again from its JSON alone.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from tabulate import tabulate
 from gates import EXIT_ARM_FAILED, EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, store
 from gates import prompts as prompts_mod
 from gates.checks.equality import describe_margin
-from gates.checks.perf import pretty
+from gates.speed import chart as speed_chart
 
 TEMPLATES = Path(__file__).parent / "templates"
 DIFFS_SHOWN = 3  # differing requests shown in full per failing gate; the manifest has more
@@ -251,26 +250,7 @@ def arms_table(man: dict[str, Any]) -> str:
 
 
 def speed_table(speed: dict[str, Any] | None) -> str:
-    if not speed or not speed.get("metrics"):
-        return ""
-    rows = []
-    for r in speed["metrics"]:
-        ci = "—" if math.isnan(r["lo"]) else f"{r['lo']:.3f}–{r['hi']:.3f}"
-        rows.append(
-            [
-                pretty(r["metric"]),
-                f"{r['base']:.1f}",
-                f"{r['head']:.1f}",
-                f"{r['ratio']:.3f}",
-                ci,
-                r["verdict"],
-            ]
-        )
-    return tabulate(
-        rows,
-        headers=["metric (tok/s)", "base", "head", "head/base", "95% CI", "verdict"],
-        tablefmt="github",
-    )
+    return speed_chart.table(speed)
 
 
 def skipped(man: dict[str, Any]) -> list[str]:
@@ -376,6 +356,8 @@ def markdown(man: dict[str, Any], details: bool = True) -> str:
             skipped=skipped(man),
             notices=notices(man),
             speed_table=speed_table(man.get("speed")),
+            speed_chart=speed_chart.sweep_chart(man.get("speed")),
+            speed_summary=speed_chart.summary_line(man.get("speed") or {}),
             entries_table=entries_table(man),
             arms_table=arms_table(man),
             machine=machine_line(man),
@@ -421,9 +403,8 @@ def summary(man: dict[str, Any], md_path: Path | None = None) -> str:
         )
     sp = man.get("speed")
     if sp:
-        lines.append(
-            f"  speed: {sp['status']}" + (f" ({sp['reason']})" if sp.get("reason") else "")
-        )
+        why = sp.get("reason") or speed_chart.summary_line(sp)
+        lines.append(f"  speed: {sp['status']}" + (f" ({why})" if why else ""))
     if md_path is not None:
         lines.append(f"receipt: {md_path}")
     return "\n".join(lines)

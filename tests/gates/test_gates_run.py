@@ -212,14 +212,18 @@ def test_show_and_clean(stub_repo, capsys, tmp_path):
 def test_speed_gate_with_bench(stub_repo):
     m = (
         stub_repo.root / "matrices" / "small.yaml"
-    ).read_text() + "speed: {runs: 2, parallel: [1, 2]}\n"
+    ).read_text() + "speed: {blocks: 1, max_blocks: 2, add_blocks: 1, parallel: [1, 2]}\n"
     (stub_repo.root / "matrices" / "speed.yaml").write_text(m)
     stub_repo.commit("speed")
     code, man, md = run_gates(stub_repo, matrix="matrices/speed.yaml")
     assert code == 0
     assert man["speed"]["status"] == "pass"
-    assert {r["verdict"] for r in man["speed"]["metrics"]} == {"flat"}
-    assert "decode tok/s at 2 streams" in md
+    assert {c["verdict"] for c in man["speed"]["cells"]} == {"equivalent"}
+    assert man["speed"]["blocks"] == 1  # nothing inconclusive: no block added
+    assert [s["side"] for s in man["speed"]["samples"]] == ["base", "head", "head", "base"]
+    assert all(s["load_before"] is not None for s in man["speed"]["samples"])
+    assert "decode (tok/s) at 2 streams" in md
+    assert "xychart-beta" in md
     _, man, _ = run_gates(stub_repo, "--no-speed", matrix="matrices/speed.yaml")
     assert man["speed"] is None
 
@@ -227,13 +231,28 @@ def test_speed_gate_with_bench(stub_repo):
 def test_speed_not_comparable_without_bench(stub_repo):
     main_py = stub_repo.root / "engine" / "__main__.py"
     main_py.write_text(main_py.read_text().replace('if a.cmd == "bench":', "if False:"))
-    m = (stub_repo.root / "matrices" / "small.yaml").read_text() + "speed: {runs: 1}\n"
+    m = (
+        stub_repo.root / "matrices" / "small.yaml"
+    ).read_text() + "speed: {runs: 1, parallel: [1, 2]}\n"
     (stub_repo.root / "matrices" / "speed.yaml").write_text(m)
     stub_repo.commit("no bench")
     code, man, md = run_gates(stub_repo, matrix="matrices/speed.yaml")
     assert code == 0
     assert man["speed"]["status"] == "not_comparable"
-    assert "engine has no bench --json" in md
+    assert "engine has no bench --json" in md, man["speed"]["reason"]
+
+
+def test_speed_not_comparable_before_bench_schema(stub_repo, monkeypatch):
+    monkeypatch.setenv("STUB_OLD_BENCH", "1")
+    m = (
+        stub_repo.root / "matrices" / "small.yaml"
+    ).read_text() + "speed: {blocks: 1, parallel: [1, 2]}\n"
+    (stub_repo.root / "matrices" / "speed.yaml").write_text(m)
+    stub_repo.commit("old bench")
+    code, man, md = run_gates(stub_repo, matrix="matrices/speed.yaml")
+    assert code == 0
+    assert man["speed"]["status"] == "not_comparable"
+    assert "no bench_schema" in md
 
 
 def test_selftest_on_stub(stub_repo, capsys):

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import math
-
 from conftest import run_gates
-from gates.checks import equality, perf
+from gates.checks import equality
 from gates.receipt import render
 
 
@@ -72,38 +70,6 @@ def test_decoder_from_tokenizer_json():
     if decode is None:
         return  # no tokenizer package here: receipts fall back to the whole reply's text
     assert isinstance(decode([40, 41]), str)
-
-
-def test_ratio_ci_and_verdicts():
-    base = [100.0, 101.0, 99.0, 100.0]
-    same = perf.ratio_ci(base, base)
-    assert same[0] == 1.0 and math.isclose(same[1], 1.0) and math.isclose(same[2], 1.0)
-    slow = perf.ratio_ci(base, [80.0, 81.0, 79.5, 80.5])
-    assert slow[2] < 0.95 and perf.verdict(slow[1], slow[2], slow[0], 0.05) == "slower"
-    noisy = perf.ratio_ci(base, [60.0, 140.0, 70.0, 130.0])
-    assert perf.verdict(noisy[1], noisy[2], noisy[0], 0.05) == "flat"
-    fast = perf.ratio_ci(base, [120.0, 121.0, 119.0, 120.0])
-    assert perf.verdict(fast[1], fast[2], fast[0], 0.05) == "faster"
-    one = perf.ratio_ci([100.0], [90.0])
-    assert math.isnan(one[1]) and perf.verdict(one[1], one[2], one[0], 0.05) == "slower"
-
-
-def test_rates_from_bench_json():
-    j = {
-        "model": "m",
-        "prompt_tokens": 128,
-        "sweep": [
-            {"parallel": 1, "decode_tok_s": 10.0, "prefill_tok_s": 100.0, "ttft_s": 0.1},
-            {"parallel": 4, "decode_tok_s": 30.0, "prefill_tok_s": 120.0, "wall_s": 2.0},
-        ],
-    }
-    assert perf.rates(j) == {
-        "sweep[1].decode_tok_s": 10.0,
-        "sweep[1].prefill_tok_s": 100.0,
-        "sweep[4].decode_tok_s": 30.0,
-        "sweep[4].prefill_tok_s": 120.0,
-    }
-    assert perf.pretty("sweep[4].decode_tok_s") == "decode tok/s at 4 streams"
 
 
 def test_verdict_exit_codes():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -187,16 +188,15 @@ def main() -> int:
     if a.cmd == "capabilities":
         return capabilities()
     if a.cmd == "bench":
-        print(
-            json.dumps(
-                {
-                    "sweep": [
-                        {"parallel": 1, "decode_tok_s": 100.0, "prefill_tok_s": 900.0},
-                        {"parallel": 2, "decode_tok_s": 180.0, "prefill_tok_s": 950.0},
-                    ]
-                }
-            )
+        row = {"decode_tok_s": 100.0, "prefill_tok_s": 900.0, "ttft_ms": 5.0}
+        row["cpu_s_per_token"] = 0.01
+        sweep = [{"parallel": n, **row} for n in (1, 2)]
+        out = (
+            {"sweep": sweep}
+            if os.environ.get("STUB_OLD_BENCH")
+            else {"bench_schema": 1, "sweep": sweep, "machine": {}, "process": {}}
         )
+        print(json.dumps(out))
         return 0
     return run(a)
 

@@ -1,0 +1,117 @@
+"""Calibrate the speed gates: false alarms of no-op comparisons, power against planted slowdowns.
+
+    python -m gates.speed.calibrate --base main --noop --tries 20
+    python -m gates.speed.calibrate --base main --noop --plant 0.05 --tries 20
+
+``--noop`` compares ``--base`` with a commit of the same tree (a separate worktree, so
+separate processes and paths; the commit object is made with ``git commit-tree`` and no
+ref points at it). ``--plant F`` sets ``ENGINE_CALIBRATE_SLOWDOWN=F`` on the head side only
+(each engine action busy-waits for F of its CPU time, engine/lanes/calibrate.py): this
+script is the only place that sets it. Each try runs the speed part of ``--matrix`` once
+(the same ABBA runner and verdicts as ``python -m gates run``) and appends one JSON line to
+``--out``; the summary counts tries with a *slower* cell and cells that were slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from gates.speed import measure
+
+
+def noop_commit(repo, base_sha: str) -> str:  # type: ignore[no-untyped-def]
+    """A commit with base's tree and base as parent: the same code, another worktree."""
+    tree = repo.git.rev_parse(f"{base_sha}^{{tree}}")
+    return repo.git.commit_tree(tree, "-p", base_sha, "-m", "gates: calibration no-op")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m gates.speed.calibrate", description=__doc__)
+    p.add_argument("--repo", default=".")
+    p.add_argument("--matrix", default="matrices/default.yaml")
+    p.add_argument("--base", default="HEAD")
+    p.add_argument("--head", default=None, help="a ref; or --noop")
+    p.add_argument("--noop", action="store_true", help="head = base's tree as another commit")
+    p.add_argument("--plant", type=float, default=0.0, help="ENGINE_CALIBRATE_SLOWDOWN on head")
+    p.add_argument("--tries", type=int, default=20)
+    p.add_argument("--out", default=None, help="append one JSON line per try")
+    p.add_argument(
+        "--dirs",
+        nargs=2,
+        metavar=("BASE_DIR", "HEAD_DIR"),
+        help="two engine trees (copies) instead of refs: no git needed",
+    )
+    a = p.parse_args(argv)
+    from gates import matrix
+
+    if a.dirs:
+        root = Path(a.repo).resolve()
+        sides = {"base": Path(a.dirs[0]).resolve(), "head": Path(a.dirs[1]).resolve()}
+        base, head = str(sides["base"]), str(sides["head"])
+    else:
+        from gates import refs
+
+        if bool(a.head) == a.noop:
+            p.error("give exactly one of --head REF and --noop")
+        repo = refs.open_repo(a.repo)
+        root = refs.repo_root(repo)
+        base = refs.resolve(repo, a.base)
+        head = noop_commit(repo, base) if a.noop else refs.resolve(repo, a.head)
+        sides = {
+            "base": refs.ensure_worktree(repo, base),
+            "head": refs.ensure_worktree(repo, head),
+        }
+    m = matrix.load(root / a.matrix if not Path(a.matrix).is_absolute() else a.matrix)
+    if m.speed is None:
+        p.error(f"{a.matrix} has no speed section")
+    model = Path(m.axes["model"][0])
+    model = model if model.is_absolute() else root / model
+    cache = Path(os.environ.get("GATES_CACHE", Path.home() / ".cache" / "exact-gates"))
+    plant = {"ENGINE_CALIBRATE_SLOWDOWN": str(a.plant)} if a.plant else None
+    out = open(a.out, "a") if a.out else None  # noqa: SIM115
+    any_slower = cells_slower = cells_total = 0
+    for i in range(a.tries):
+        t0 = time.monotonic()
+        got = measure.run_speed(sides, model, m.axes["backend"][0], m.speed, cache, plant=plant)
+        if got["status"] not in ("pass", "fail"):
+            print(f"try {i + 1}: {got['status']}: {got['reason']}", file=sys.stderr)
+            return 3
+        verdicts = [c["verdict"] for c in got["cells"]]
+        slower = [
+            f"{c['metric']}@{c['parallel']}" for c in got["cells"] if c["verdict"] == "slower"
+        ]
+        any_slower += bool(slower)
+        cells_slower += len(slower)
+        cells_total += len(verdicts)
+        counts = {v: verdicts.count(v) for v in sorted(set(verdicts))}
+        print(
+            f"try {i + 1}/{a.tries}: {got['status']} blocks {got['blocks']} "
+            f"{time.monotonic() - t0:.0f}s {counts} slower: {slower}",
+            flush=True,
+        )
+        if out:
+            rec = {
+                "base": base,
+                "head": head,
+                "noop": a.noop,
+                "plant": a.plant,
+                "matrix": a.matrix,
+                "try": i,
+                **{k: got[k] for k in ("status", "blocks", "looks", "wall_s", "cells", "samples")},
+            }
+            out.write(json.dumps(rec, default=str) + "\n")
+            out.flush()
+    print(
+        f"{a.tries} tries, plant {a.plant}: {any_slower} with a slower cell; "
+        f"{cells_slower}/{cells_total} cells slower"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
