@@ -74,7 +74,7 @@ class Plan:
     pairs: list[PairCheck] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # rules that matched nothing, and why
 
-    hide: frozenset[str] = frozenset()
+    hide: dict[str, Any] = field(default_factory=dict)  # axis -> its one value, not shown
 
     def add(self, arm: Arm) -> Arm:
         if arm not in self.arms:
@@ -88,19 +88,27 @@ def canonical(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
-def label(c: dict[str, Any], hide: frozenset[str] = frozenset()) -> str:
+def label(c: dict[str, Any], hide: dict[str, Any] | None = None) -> str:
     """A short readable name of a config, unique within a matrix.
 
-    ``hide``: axes with one value in the matrix (model, backend, prompts), left out."""
+    ``hide``: axes with one value in the matrix (model, backend, prompts), left out
+    where the config has that value (a schedule rule's own prompt set is shown)."""
+    hide = hide or {}
+
+    def shown(k: str) -> bool:
+        return k not in hide or c[k] != hide[k]
+
     parts = []
-    if "model" not in hide:
+    if shown("model"):
         parts.append(str(c["model"]).rstrip("/").rsplit("/", 1)[-1])
-    parts += [str(c[k]) for k in ("prompts", "backend") if k not in hide]
+    parts += [str(c[k]) for k in ("prompts", "backend") if shown(k)]
     parts.append(f"kv={c['kv']}")
     parts.append("serial" if c.get("serial") else f"p={c['parallel']}")
     parts.append(f"paging={c['paging']}")
     if c["drafter"] != "none":
         parts.append(f"drafter={c['drafter']}")
+    if c.get("share") is not None:
+        parts.append(f"share={c['share']:g}")
     parts.extend(f"{k}={v}" for k, v in c["flags"].items())
     if c.get("resumed"):
         parts.append("resumed")
@@ -147,7 +155,9 @@ def build(m: Matrix, prompt_sets: dict[str, list[dict[str, Any]]]) -> Plan:
 
     ``prompt_sets`` maps each prompts axis value to its loaded prompt set.
     """
-    plan = Plan(hide=frozenset(a for a in ("model", "backend", "prompts") if len(m.axes[a]) == 1))
+    plan = Plan(
+        hide={a: m.axes[a][0] for a in ("model", "backend", "prompts") if len(m.axes[a]) == 1}
+    )
     resource_gates = []
     for gate in m.gates:
         points = _points(m, gate)
