@@ -30,6 +30,30 @@ def noop_commit(repo, base_sha: str) -> str:  # type: ignore[no-untyped-def]
     return repo.git.commit_tree(tree, "-p", base_sha, "-m", "gates: calibration no-op")
 
 
+def summarize(paths: list[str]) -> str:
+    """Tries, tries with a slower cell, slower cells, and the spread of the CPU ratios."""
+    lines = []
+    for path in paths:
+        recs = [json.loads(line) for line in Path(path).read_text().splitlines() if line]
+        slower = [r for r in recs if any(c["verdict"] == "slower" for c in r["cells"])]
+        n_cells = sum(len(r["cells"]) for r in recs)
+        n_slow = sum(c["verdict"] == "slower" for r in recs for c in r["cells"])
+        cpu = sorted(
+            c["ratio"] for r in recs for c in r["cells"] if c["metric"] == "cpu_s_per_token"
+        )
+        blocks = sorted(r["blocks"] for r in recs)
+        walls = sorted(r["wall_s"] for r in recs)
+        lines.append(
+            f"{path}: plant {recs[0]['plant'] if recs else '-'}: {len(slower)}/{len(recs)} tries "
+            f"with a slower cell, {n_slow}/{n_cells} cells slower; CPU/token ratio "
+            f"{cpu[0]:.3f}..{cpu[-1]:.3f} (median {cpu[len(cpu) // 2]:.3f}); blocks "
+            f"{blocks[0]}..{blocks[-1]}; {walls[0]:.0f}..{walls[-1]:.0f} s"
+            if recs
+            else f"{path}: no tries"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m gates.speed.calibrate", description=__doc__)
     p.add_argument("--repo", default=".")
@@ -46,7 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar=("BASE_DIR", "HEAD_DIR"),
         help="two engine trees (copies) instead of refs: no git needed",
     )
+    p.add_argument("--summary", nargs="+", metavar="OUT", help="summarize --out files, run nothing")
     a = p.parse_args(argv)
+    if a.summary:
+        print(summarize(a.summary))
+        return 0
     from gates import matrix
 
     if a.dirs:

@@ -141,6 +141,9 @@ def run_speed(
     target = spec["blocks"]
     while True:
         while blocks < target:
+            spent = time.monotonic() - t0
+            if blocks >= spec["blocks"] and spent + spent / blocks > spec["budget_s"]:
+                break  # the next block would end past the budget: judge what there is
             for side in ORDER[blocks % 2]:
                 try:
                     s = sample(sides[side], argv, envs[side], spec)
@@ -153,8 +156,6 @@ def run_speed(
                 s.update(side=side, block=blocks, index=len(samples))
                 samples.append(s)
             blocks += 1
-            if time.monotonic() - t0 > spec["budget_s"] and blocks >= spec["blocks"]:
-                break  # the budget is spent: judge what there is
             if log:
                 log(f"[gates] speed block {blocks}/{target} ({time.monotonic() - t0:.0f}s)")
         look += 1
@@ -163,8 +164,8 @@ def run_speed(
         spent = time.monotonic() - t0
         if not open_cells or blocks >= spec["max_blocks"] or look >= looks:
             break
-        if spent + spent / blocks * spec["add_blocks"] > spec["budget_s"]:
-            break
+        if spent + spent / blocks > spec["budget_s"]:
+            break  # not even one more block fits
         target = min(spec["max_blocks"], blocks + spec["add_blocks"])
     slower = [c for c in cells if c["verdict"] == "slower"]
     out = _result("fail" if slower else "pass", "", spec, samples)
