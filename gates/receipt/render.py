@@ -1,4 +1,4 @@
-"""Manifest -> Markdown receipt (Jinja2 templates + tabulate tables), JSON beside it.
+"""Manifest -> Markdown receipt (Jinja2 templates, plain Markdown tables), JSON beside it.
 
 Everything a receipt shows comes from the manifest, so ``python -m gates show`` can render
 a receipt again from its JSON alone.
@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-from tabulate import tabulate
 
 from gates import EXIT_ARM_FAILED, EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, store
 from gates import prompts as prompts_mod
 from gates.checks.equality import describe_margin
+from gates.receipt.table import md_table
 from gates.speed import chart as speed_chart
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -192,7 +192,7 @@ def gate_table(man: dict[str, Any]) -> str:
         else:
             cells = [cell_text(g["kind"], next(iter(g["cells"].values()), None))]
         rows.append([f"{ICON.get(g['status'], '')} {g['name']}", *cells])
-    return tabulate(rows, headers=headers, tablefmt="github")
+    return md_table(rows, headers=headers)
 
 
 def entries_table(man: dict[str, Any]) -> str:
@@ -213,7 +213,7 @@ def entries_table(man: dict[str, Any]) -> str:
                     e.get("reason", ""),
                 ]
             )
-    return tabulate(rows, headers=["gate", "arm", "compared", "result", "note"], tablefmt="github")
+    return md_table(rows, headers=["gate", "arm", "compared", "result", "note"])
 
 
 def arms_table(man: dict[str, Any]) -> str:
@@ -233,7 +233,7 @@ def arms_table(man: dict[str, Any]) -> str:
                 met.get("cached_pages", ""),
             ]
         )
-    return tabulate(
+    return md_table(
         rows,
         headers=[
             "arm",
@@ -245,7 +245,6 @@ def arms_table(man: dict[str, Any]) -> str:
             "unplanned",
             "cached pages",
         ],
-        tablefmt="github",
     )
 
 

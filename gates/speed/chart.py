@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tabulate import tabulate
-
+from gates.receipt.table import md_table
 from gates.speed.schema import METRICS, label
 
 ICON = {"slower": "❌ slower", "faster": "🚀 faster", "equivalent": "✅ equivalent"}
@@ -50,11 +49,9 @@ def table(speed: dict[str, Any] | None) -> str:
                 verdict,
             ]
         )
-    return tabulate(
+    return md_table(
         rows,
         headers=["cell", "base", "head", "head/base", "95% CI", "p (Holm)", "n", "verdict"],
-        tablefmt="github",
-        disable_numparse=True,
     )
 
 

@@ -83,3 +83,28 @@ def test_an_out_folder_that_cannot_hold_a_receipt_fails_before_any_arm(stub_repo
                  "--matrix", "matrices/small.yaml", "--quiet", "--out", str(blocker / "x")])  # fmt: skip
     assert code == 2
     assert "--out" in capsys.readouterr().err
+
+
+def test_a_receipt_stays_under_githubs_comment_size(stub_repo, tmp_path):
+    from gates.receipt import render
+
+    stub_repo.commit("head", OUTPUT_SALT="")
+    code, man, md = run_gates(stub_repo)
+    assert code == 0 and "| --- |" in md and "|--" not in md  # unpadded tables
+    man["arms"] = man["arms"] * 3000  # a matrix far wider than any bundled one
+    md_path, _ = render.write(man, tmp_path)
+    text = md_path.read_text()
+    assert len(text) <= render.MAX_MARKDOWN
+    full = md_path.with_name(md_path.name.replace(".md", ".full.md"))
+    assert full.is_file() and len(full.read_text()) > render.MAX_MARKDOWN
+    assert full.name in text and man["verdict"] in text
+    assert md_path.name.endswith(".small.md")  # the matrix's name is in the file name
+    assert oct(md_path.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
