@@ -79,8 +79,9 @@ def test_an_out_folder_that_cannot_hold_a_receipt_fails_before_any_arm(stub_repo
 
     blocker = stub_repo.root / "a-file"
     blocker.write_text("")
-    code = main(["run", "--repo", str(stub_repo.root), "--base", "main", "--head", "main",
-                 "--matrix", "matrices/small.yaml", "--quiet", "--out", str(blocker / "x")])  # fmt: skip
+    repo = str(stub_repo.root)
+    argv = ["run", "--repo", repo, "--base", "main", "--head", "main", "--matrix"]
+    code = main([*argv, "matrices/small.yaml", "--quiet", "--out", str(blocker / "x")])
     assert code == 2
     assert "--out" in capsys.readouterr().err
 
