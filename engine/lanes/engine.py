@@ -83,6 +83,7 @@ class Engine:
                 f"prompt ({len(req.prompt_ids)}) + max_tokens "
                 f"({gen}) exceeds the context ({self.cfg.context})",
             )
+            s.error_code = "context_length_exceeded"
         elif len(req.prompt_ids) + gen > self.model.config.max_position_embeddings:
             self._finish(
                 s,
@@ -90,6 +91,7 @@ class Engine:
                 f"prompt + max_tokens exceeds max_position_embeddings "
                 f"({self.model.config.max_position_embeddings})",
             )
+            s.error_code = "context_length_exceeded"
         elif not self.plan.fits(rows):
             self._finish(
                 s,

@@ -22,6 +22,7 @@ class Stream:
     logit_hashes: list[str] = field(default_factory=list)
     finish_reason: str | None = None
     error: str | None = None
+    error_code: str | None = None  # a machine-readable kind of error (context_length_exceeded)
     embedding: np.ndarray | None = None
     passed_over: int = 0
     drafted: int = 0

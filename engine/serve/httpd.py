@@ -22,6 +22,7 @@ POLL_S = 0.05  # how often a waiting non-streaming handler looks for a closed co
 class Handler(BaseHTTPRequestHandler):
     server: Server
     protocol_version = "HTTP/1.1"
+    timeout = 30  # seconds a client may take to send its headers and body
 
     def log_message(self, fmt: str, *args: Any) -> None:
         if self.server.verbose:

@@ -87,8 +87,8 @@ def completion(s: Stream, tokenizer: Any, chat: bool, model: str) -> dict[str, A
             "error": {
                 "message": s.error,
                 "type": "invalid_request_error",
-                "param": None,
-                "code": None,
+                "param": "max_tokens" if s.error_code == "context_length_exceeded" else None,
+                "code": s.error_code,
             }
         }
     return out
