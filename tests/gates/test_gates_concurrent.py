@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from conftest import run_gates
@@ -62,3 +64,29 @@ def test_a_corrupt_cache_entry_is_a_miss_and_is_reported(stub_repo):
     assert man["matrix"]["ran"] >= 1
     assert "unreadable entr" in md
     assert json.loads(victim.read_text()).get("status") == "ok"
+
+
+def test_a_killed_run_leaves_nothing_that_breaks_the_next(stub_repo, tmp_path):
+    flag = tmp_path / "hang"
+    flag.write_text("")
+    stub_repo.commit("hangs while the flag file exists", HANG_KV="fp8", HANG_FILE=str(flag))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        gates_cmd(stub_repo.root, tmp_path / "killed"),
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    runs = Path(os.environ["GATES_CACHE"]) / "runs"
+    deadline = time.monotonic() + 60
+    while not (runs.exists() and any(runs.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.05)  # arms are running: worktrees made, scratch folders in use
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    flag.unlink()
+    code, man, _ = run_gates(stub_repo)
+    assert code == 0
+    assert all(a["status"] == "ok" for a in man["arms"])
