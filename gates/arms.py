@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from gates import HARNESS_VERSION, prompts, refs, store
-from gates.execute import ArmJob, Progress, base_env, missing, request_keys, run_all, writes_trace
+from gates.contract import missing, request_keys, writes_trace
+from gates.execute import ArmJob, Progress, base_env, run_all
 from gates.plan import Arm, canonical
 
 TRUTH_DRAFTERS = ("oracle", "noisy")

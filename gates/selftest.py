@@ -21,7 +21,8 @@ from typing import Any
 
 from gates import EXIT_ARM_FAILED, EXIT_GATE_FAILED, EXIT_OK, BadInput, prompts, refs
 from gates.checks import equality
-from gates.execute import ArmJob, base_env, capabilities, missing, run_arm
+from gates.contract import missing
+from gates.execute import ArmJob, base_env, capabilities, run_arm
 from gates.matrix import AXIS_DEFAULTS
 
 

@@ -1,0 +1,113 @@
+"""The engine's command-line contract (docs/contract.md) as the gate runner reads it:
+the flags an arm passes, the reply fields it keeps, and what an engine's capabilities say
+it can run. ``gates`` never imports ``engine``; an engine of an older commit is read
+through the same contract."""
+
+from __future__ import annotations
+
+from typing import Any
+
+REPLY_KEYS = (
+    "id",
+    "ids",
+    "text",
+    "token_sha",
+    "finish_reason",
+    "prompt_tokens",
+    "margins",
+    "min_margin",
+    "drafted",
+    "accepted",
+    "error",
+    "logit_hashes",
+    "embedding",
+)
+
+
+def engine_args(c: dict[str, Any]) -> list[str]:
+    """Engine flags of an arm config; contract defaults are left out so old engines run."""
+    args = ["--backend", str(c["backend"])]
+    if c["kv"] != "bf16":
+        args += ["--kv", str(c["kv"])]
+    if c["parallel"] != 1:
+        args += ["--parallel", str(c["parallel"])]
+    if c["paging"] == "on":
+        args += ["--kv-pages", str(c.get("pages") or 256)]
+    elif c["paging"] != "off":  # a pool of this many pages
+        args += ["--kv-pages", str(c["paging"])]
+    if c["drafter"] != "none":
+        args += ["--drafter", str(c["drafter"])]
+        if c.get("draft_tokens"):
+            args += ["--draft-tokens", str(c["draft_tokens"])]
+    for key, flag in (
+        ("context", "--context"),
+        ("page_rows", "--page-rows"),
+        ("step_rows", "--step-rows"),
+        ("share", "--share"),
+    ):
+        if c.get(key):
+            args += [flag, str(c[key])]
+    if c.get("serial"):
+        args.append("--serial")
+    return args
+
+
+# The request keys of contract 1; a later engine lists its own in ``request_keys``.
+V1_REQUEST_KEYS = frozenset(
+    [
+        "id",
+        "prompt",
+        "prompt_ids",
+        "messages",
+        "max_tokens",
+        "kind",
+        "stop_ids",
+        "temperature",
+        "seed",
+        "priority",
+        "arrival",
+        "draft",
+        "cancel_after",
+        "ignore_eos",
+    ]
+)
+
+
+def request_keys(caps: dict[str, Any]) -> frozenset[str]:
+    keys = caps.get("request_keys")
+    return frozenset(keys) if isinstance(keys, list) else V1_REQUEST_KEYS
+
+
+def writes_trace(caps: dict[str, Any]) -> bool:
+    flags = caps.get("flags")
+    return isinstance(flags, list) and "--trace" in flags and "--virtual-clock" in flags
+
+
+def missing(caps: dict[str, Any], c: dict[str, Any]) -> str | None:
+    """Why an engine with ``caps`` cannot run config ``c`` (None: it can)."""
+
+    def listed(key: str, value: Any) -> bool:
+        vals = caps.get(key)
+        return isinstance(vals, list) and value in vals
+
+    if not isinstance(caps.get("contract"), int):
+        return "capabilities has no contract version"
+    if not listed("backends", c["backend"]):
+        return f"no backend {c['backend']}"
+    if not listed("kv", c["kv"]):
+        return f"no kv {c['kv']}"
+    if c["drafter"] != "none" and not listed("drafters", c["drafter"]):
+        return f"no drafter {c['drafter']}"
+    if c["paging"] != "off" and not caps.get("paging"):
+        return "no paging"
+    if c.get("serial") and not caps.get("serial"):
+        return "no --serial"
+    flags = caps.get("flags")
+    if isinstance(flags, list):
+        for a in engine_args(c) + ["--metrics"]:
+            if a.startswith("--") and a not in flags:
+                return f"no flag {a}"
+    for name in c["flags"]:
+        if not listed("env_flags", name):
+            return f"no engine flag {name}"
+    return None
