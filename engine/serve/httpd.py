@@ -7,6 +7,7 @@ import json
 import queue
 import select
 import socket
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -96,15 +97,18 @@ class Handler(BaseHTTPRequestHandler):
         if stream:
             self._stream(ticket, chat)
             return
+        checked = time.monotonic()
         while True:
             try:
                 item = ticket.updates.get(timeout=POLL_S)
             except queue.Empty:
+                item = None
+            if time.monotonic() - checked >= POLL_S:  # tokens keep coming: look anyway
+                checked = time.monotonic()
                 if self._client_left():
                     self.server.worker.cancel(ticket)  # nobody waits for it: free its lane
                     self.close_connection = True
                     return
-                continue
             if isinstance(item, Stream):
                 status = 400 if item.finish_reason == "error" else 200
                 self._send(
