@@ -175,6 +175,7 @@ def main() -> int:
     r.add_argument("--context", type=int, default=1024)
     r.add_argument("--page-rows", type=int, default=16)
     r.add_argument("--step-rows", type=int, default=64)
+    r.add_argument("--share", type=float, default=1.0)
     r.add_argument("--serial", action="store_true")
     b = sub.add_parser("bench")
     b.add_argument("--json", action="store_true")

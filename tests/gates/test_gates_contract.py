@@ -1,0 +1,80 @@
+"""gates/contract.py against the engines it reads: the real one of this tree, and the stub
+of the host tests. Neither may drift from what the runner sends and keeps."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gates import contract
+
+REPO = Path(__file__).resolve().parents[2]
+STUB = Path(__file__).resolve().parent / "stub_engine"
+
+
+def caps_of(root: Path) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-m", "engine", "capabilities", "--json"],
+        cwd=root,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return json.loads(out)
+
+
+def run_help(root: Path) -> str:
+    return subprocess.run(
+        [sys.executable, "-m", "engine", "run", "--help"],
+        cwd=root,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+def widest_config(caps: dict) -> dict:
+    """An arm config that makes engine_args emit every flag it knows."""
+    return {
+        "backend": "numpy",
+        "kv": "fp8",
+        "parallel": 4,
+        "paging": "on",
+        "pages": 64,
+        "drafter": next(d for d in caps["drafters"] if d != "none"),
+        "draft_tokens": 3,
+        "context": 512,
+        "page_rows": 16,
+        "step_rows": 32,
+        "share": 0.5,
+        "serial": True,
+        "flags": {},
+    }
+
+
+@pytest.mark.parametrize("root", [REPO, STUB], ids=["real", "stub"])
+def test_every_flag_the_runner_sends_is_one_the_engine_lists(root):
+    caps = caps_of(root)
+    cfg = {**widest_config(caps), "backend": caps["backends"][0]}
+    sent = {a for a in contract.engine_args(cfg) if a.startswith("--")}
+    assert sent <= set(caps["flags"]), sent - set(caps["flags"])
+    assert contract.missing(caps, cfg) is None
+    usage = run_help(root)  # and the engine really takes them
+    assert not [f for f in sent if f not in usage], usage
+
+
+def test_the_real_engine_lists_what_the_runner_reads():
+    caps = caps_of(REPO)
+    assert caps["contract"] >= 2
+    assert contract.writes_trace(caps)
+    assert contract.request_keys(caps) >= contract.V1_REQUEST_KEYS
+    assert set(contract.REPLY_KEYS) <= set(caps["reply_keys"])
+    for name in ("pages_in_use", "unplanned_allocations", "drafter_states"):
+        assert name in caps["metrics_keys"]
+    assert contract.missing(caps, widest_config(caps)) is None
