@@ -16,27 +16,20 @@ REPO = Path(__file__).resolve().parents[2]
 STUB = Path(__file__).resolve().parent / "stub_engine"
 
 
-def caps_of(root: Path) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "engine", "capabilities", "--json"],
-        cwd=root,
-        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return json.loads(out)
-
-
-def run_help(root: Path) -> str:
+def engine_cli(root: Path, *args: str) -> str:
+    """stdout of `python -m engine ARGS` run from the engine tree at ``root``."""
     return subprocess.run(
-        [sys.executable, "-m", "engine", "run", "--help"],
+        [sys.executable, "-m", "engine", *args],
         cwd=root,
         env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
         check=True,
     ).stdout
+
+
+def caps_of(root: Path) -> dict:
+    return json.loads(engine_cli(root, "capabilities", "--json"))
 
 
 def widest_config(caps: dict) -> dict:
@@ -65,7 +58,7 @@ def test_every_flag_the_runner_sends_is_one_the_engine_lists(root):
     sent = {a for a in contract.engine_args(cfg) if a.startswith("--")}
     assert sent <= set(caps["flags"]), sent - set(caps["flags"])
     assert contract.missing(caps, cfg) is None
-    usage = run_help(root)  # and the engine really takes them
+    usage = engine_cli(root, "run", "--help")  # and the engine really takes them
     assert not [f for f in sent if f not in usage], usage
 
 
