@@ -25,6 +25,9 @@ class TokenStore:
         pos = np.arange(start, start + len(tokens))
         self.ids[np.asarray(pages)[pos // self.page_rows], pos % self.page_rows] = tokens
 
+    def open_lane(self, lane: int, pages: list[int], rows: int) -> None:
+        pass
+
     def read(self, pages: list[int], length: int) -> np.ndarray:
         used = -(-length // self.page_rows)
         return self.ids[np.asarray(pages[:used], dtype=np.int64)].reshape(-1)[:length]
@@ -44,7 +47,9 @@ class FakeModel:
         self.seconds_per_forward = seconds_per_forward
         self.forwards = 0
 
-    def new_kv(self, pages: int, page_rows: int, kind: str) -> TokenStore:
+    def new_kv(
+        self, pages: int, page_rows: int, kind: str, lanes: int = 1, lane_rows: int = 0
+    ) -> TokenStore:
         return TokenStore(pages, page_rows)
 
     def logits_for(self, history: np.ndarray) -> np.ndarray:

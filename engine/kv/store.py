@@ -35,9 +35,21 @@ class KVStore:
         return page_idx, pos % self.page_rows
 
     def write(self, layer: int, pages: list[int], start: int, k: np.ndarray, v: np.ndarray) -> None:
-        p, r = self._slots(pages, start, len(k))
         kc, ke = codec.encode(self.kind, k)
         vc, ve = codec.encode(self.kind, v)
+        self.put_codes(layer, pages, start, kc, ke, vc, ve)
+
+    def put_codes(
+        self,
+        layer: int,
+        pages: list[int],
+        start: int,
+        kc: np.ndarray,
+        ke: np.ndarray | None,
+        vc: np.ndarray,
+        ve: np.ndarray | None,
+    ) -> None:
+        p, r = self._slots(pages, start, len(kc))
         self.k[layer][p, r] = kc
         self.v[layer][p, r] = vc
         if ke is not None:

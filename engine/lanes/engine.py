@@ -52,7 +52,13 @@ class Engine:
         self.drafter = drafter or NoDrafter()
         extra = self.drafter.max_tokens(cfg.draft_tokens)
         self.plan = PagePlan(cfg.lanes, cfg.context + extra, cfg.page_rows, cfg.kv_pages)
-        self.kv = model.new_kv(self.plan.total_pages, cfg.page_rows, cfg.kv)
+        self.kv = model.new_kv(
+            self.plan.total_pages,
+            cfg.page_rows,
+            cfg.kv,
+            lanes=cfg.lanes,
+            lane_rows=self.plan.per_lane * cfg.page_rows,
+        )
         self.drafter.plan(self.plan, model)
         self.state = policy.PolicyState()
         self.waiting: list[Stream] = []  # submitted, not yet arrived
@@ -235,6 +241,7 @@ class Engine:
         if s.run is None:
             s.run = self.plan.open(self._rows_needed(s), s.req.prompt_ids)
             s.fed = s.run.reused_rows
+            self.kv.open_lane(s.run.lane, s.run.pages, s.run.reused_rows)
         n = min(self.cfg.step_rows, s.rows_left)
         self._rows = n
         last = s.fed + n == s.prompt_len
@@ -243,6 +250,7 @@ class Engine:
             s.fed,
             s.run.pages,
             np.asarray([n - 1] if last else [], dtype=np.int64),
+            lane=s.run.lane,
         )
         first_step = s.fed == s.run.reused_rows
         (out,) = self.model.forward([seg], self.kv, self.drafter.taps)
@@ -268,7 +276,7 @@ class Engine:
             d = d[: max(0, s.req.max_tokens - len(s.generated) - 1)]
             drafts.append(d)
             toks = np.asarray([s.tokens[s.fed], *d], dtype=np.int64)
-            segs.append(Segment(toks, s.fed, s.run.pages, np.arange(len(toks))))
+            segs.append(Segment(toks, s.fed, s.run.pages, np.arange(len(toks)), s.run.lane))
         self._rows = sum(len(seg.tokens) for seg in segs)
         outs = self.model.forward(segs, self.kv, self.drafter.taps)
         self.stats["rounds"] += 1

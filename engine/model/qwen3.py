@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 import numpy as np
 
 from engine.errors import InputError
-from engine.kv.store import KVStore
 from engine.model.config import ModelConfig
-from engine.ops.base import Array, Ops
+from engine.ops.base import Array, KVMemory, KVSegment, Ops
 
 
 @dataclass
@@ -26,6 +24,7 @@ class Segment:
     start: int
     pages: list[int]
     logit_rows: np.ndarray  # row indices (within the segment) that need logits
+    lane: int = 0  # the stream's lane: where the backend keeps its rows ready for attention
 
 
 @dataclass
@@ -34,11 +33,6 @@ class SegmentOut:
     hidden: np.ndarray  # final normed hidden state of those rows [k, H]
     taps: dict[int, np.ndarray] = field(default_factory=dict)  # layer -> [n, H] residual
     start: int = 0  # absolute position of the segment's first row
-
-
-class KVCache(Protocol):
-    def write(self, layer: int, pages: list[int], start: int, k: Any, v: Any) -> None: ...
-    def read(self, layer: int, pages: list[int], length: int) -> tuple[Any, Any]: ...
 
 
 @dataclass
@@ -66,13 +60,26 @@ class Qwen3:
     extra: dict[str, np.ndarray] = field(default_factory=dict)  # mtp.* tensors, unbuilt
 
     def forward(
-        self, segments: list[Segment], kv: KVCache, taps: tuple[int, ...] = ()
+        self, segments: list[Segment], kv: KVMemory, taps: tuple[int, ...] = ()
     ) -> list[SegmentOut]:
         return forward(self, segments, kv, taps)
 
-    def new_kv(self, pages: int, page_rows: int, kind: str) -> KVStore:
+    def new_kv(
+        self, pages: int, page_rows: int, kind: str, lanes: int = 1, lane_rows: int = 0
+    ) -> KVMemory:
+        """The backend's KV memory: `pages` pages of `page_rows` rows, and `lanes` lanes of
+        up to `lane_rows` rows each (0: as many rows as the pages hold)."""
         c = self.config
-        return KVStore(c.num_layers, pages, page_rows, c.num_kv_heads, c.head_dim, kind)
+        return self.ops.new_kv(
+            c.num_layers,
+            pages,
+            page_rows,
+            c.num_kv_heads,
+            c.head_dim,
+            kind,
+            lanes,
+            lane_rows or pages * page_rows,
+        )
 
 
 def rope_tables(config: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -187,7 +194,7 @@ def build(config: ModelConfig, tensors: dict[str, np.ndarray], ops: Ops) -> Qwen
 
 
 def forward(
-    model: Qwen3, segments: list[Segment], kv: KVCache, taps: tuple[int, ...] = ()
+    model: Qwen3, segments: list[Segment], kv: KVMemory, taps: tuple[int, ...] = ()
 ) -> list[SegmentOut]:
     cfg, ops = model.config, model.ops
     ids = np.concatenate([s.tokens for s in segments]).astype(np.int64)
@@ -198,19 +205,14 @@ def forward(
             f"{cfg.max_position_embeddings}"
         )
     bounds = np.cumsum([0] + [len(s.tokens) for s in segments])
+    rows = [KVSegment(s.lane, s.pages, s.start, len(s.tokens)) for s in segments]
     cos, sin = ops.asarray(model.cos[positions]), ops.asarray(model.sin[positions])
     x = ops.embed(model.embed, ids)
     tapped: dict[int, Array] = {}
     for li, layer in enumerate(model.layers):
 
         def attend(q: Array, k: Array, v: Array, li: int = li) -> Array:
-            items = []
-            for si, seg in enumerate(segments):
-                a, b = int(bounds[si]), int(bounds[si + 1])
-                kv.write(li, seg.pages, seg.start, ops.to_numpy(k[a:b]), ops.to_numpy(v[a:b]))
-                keys, values = kv.read(li, seg.pages, seg.start + (b - a))
-                items.append((q[a:b], ops.asarray(keys), ops.asarray(values), positions[a:b]))
-            return ops.concat_rows(ops.attention_many(items))
+            return kv.store_attend(li, rows, positions, q, k, v)
 
         x = decoder_layer(cfg, ops, layer, x, cos, sin, attend)
         if li in taps:

@@ -6,11 +6,50 @@ are in the call, whatever its position among them, and however many there are.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 Array = Any
+
+
+@dataclass(frozen=True)
+class KVSegment:
+    """Where one segment's rows go: its stream's lane, the lane's pages, the position of the
+    first row and how many rows follow."""
+
+    lane: int
+    pages: list[int]
+    start: int
+    count: int
+
+
+class KVMemory(Protocol):
+    """The KV pages of every layer, owned by a backend on its own device.
+
+    The forward hands it each layer's new K/V rows and queries; only what the caller asks
+    for (attention output rows) comes back, in the backend's array type.
+    """
+
+    kind: str
+    page_rows: int
+
+    @property
+    def bytes(self) -> int: ...
+    def open_lane(self, lane: int, pages: list[int], rows: int) -> None: ...
+    def store_attend(
+        self,
+        layer: int,
+        segments: list[KVSegment],
+        positions: np.ndarray,
+        q: Array,
+        k: Array,
+        v: Array,
+    ) -> Array:
+        """Encode and store each segment's k/v rows [n, Hkv, D] in its pages, then return
+        causal attention of q [N, Hq, D] over each segment's stored history."""
+        ...
 
 
 class Ops(Protocol):
@@ -34,3 +73,14 @@ class Ops(Protocol):
     def attention_many(
         self, items: list[tuple[Array, Array, Array, np.ndarray]]
     ) -> list[Array]: ...
+    def new_kv(
+        self,
+        layers: int,
+        pages: int,
+        page_rows: int,
+        kv_heads: int,
+        head_dim: int,
+        kind: str,
+        lanes: int,
+        lane_rows: int,
+    ) -> KVMemory: ...

@@ -143,7 +143,12 @@ class MlxOps:
     def take_rows(self, x: mx.array, rows: np.ndarray) -> mx.array:
         return self._out(mx.take(x, mx.array(np.asarray(rows, dtype=np.int32)), axis=0))
 
-    # ---- attention ------------------------------------------------------------------
+    # ---- memory and attention -------------------------------------------------------
+    def new_kv(self, *shape_and_kind: object, **kw: object) -> object:
+        from engine.ops.mlx_kv import MlxKV
+
+        return MlxKV(self, *shape_and_kind, **kw)
+
     def attention_many(self, items: list[tuple]) -> list[mx.array]:
         return [self.attention(*item) for item in items]
 
@@ -163,14 +168,24 @@ class MlxOps:
         sees, add exact zeros whatever the key length.
         """
         k, v = self.asarray(k), self.asarray(v)
-        n, hq, d = q.shape
-        length, hkv, _ = k.shape
-        group = hq // hkv
+        length, hkv, d = k.shape
         b = self.key_block
         nb = -(-length // b)
         if nb * b != length:
             k = mx.pad(k, [(0, nb * b - length), (0, 0), (0, 0)])
             v = mx.pad(v, [(0, nb * b - length), (0, 0), (0, 0)])
+        kb = mx.contiguous(k.reshape(nb, b, hkv, d).transpose(2, 0, 3, 1))  # [hkv, nb, d, b]
+        vb = mx.contiguous(v.reshape(nb, b, hkv, d).transpose(2, 0, 1, 3))  # [hkv, nb, b, d]
+        return self.attention_blocks(q, kb, vb, q_pos)
+
+    def attention_blocks(
+        self, q: mx.array, kb: mx.array, vb: mx.array, q_pos: np.ndarray
+    ) -> mx.array:
+        """Attention over keys laid out in blocks, kb [Hkv, nb, D, b] and vb [Hkv, nb, b, D];
+        keys past a query's position are masked whatever they hold."""
+        n, hq, d = q.shape
+        hkv, nb, _, b = kb.shape
+        group = hq // hkv
         self.probe_matmul(d, b)
         self.probe_matmul(b, d)
         rows = n * group
@@ -179,8 +194,7 @@ class MlxOps:
         # [hkv, nb, rows, d] (a plain batch is faster than a broadcast one in mlx's matmul)
         qh = (q * scale).reshape(n, hkv, group, d).transpose(1, 0, 2, 3).reshape(hkv, 1, rows, d)
         qh = mx.contiguous(mx.broadcast_to(qh, (hkv, nb, rows, d)))
-        kb = mx.contiguous(k.reshape(nb, b, hkv, d).transpose(2, 0, 3, 1))  # [hkv, nb, d, b]
-        vb = mx.contiguous(v.reshape(nb, b, hkv, d).transpose(2, 0, 1, 3))  # [hkv, nb, b, d]
+        kb, vb = mx.contiguous(kb), mx.contiguous(vb)
         s = qh @ kb  # [hkv, nb, rows, b]: one (rows, d) @ (d, b) product per block
         key_pos = np.arange(nb * b).reshape(nb, 1, b)
         row_pos = np.repeat(np.asarray(q_pos, dtype=np.int64), group).reshape(1, rows, 1)

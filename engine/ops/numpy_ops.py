@@ -103,6 +103,11 @@ class NumpyOps:
         """One call per stream: padding streams to a common shape measured ~4x slower."""
         return [self.attention(*item) for item in items]
 
+    def new_kv(self, *shape_and_kind: object, **kw: object) -> object:
+        from engine.ops.numpy_kv import NumpyKV
+
+        return NumpyKV(self, *shape_and_kind, **kw)
+
     def attention(
         self, q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray
     ) -> np.ndarray:
@@ -110,21 +115,29 @@ class NumpyOps:
 
         Keys are padded to whole blocks; a query sees keys at positions <= its own.
         """
-        n, hq, d = q.shape
-        length, hkv, _ = k.shape
-        group = hq // hkv
+        length, hkv, d = k.shape
         b = self.key_block
         nb = -(-length // b)
         kp = np.zeros((nb * b, hkv, d), dtype=F32)
         vp = np.zeros((nb * b, hkv, d), dtype=F32)
         kp[:length] = k
         vp[:length] = v
+        kb = np.ascontiguousarray(kp.reshape(nb, b, hkv, d).transpose(2, 0, 3, 1))
+        vb = np.ascontiguousarray(vp.reshape(nb, b, hkv, d).transpose(2, 0, 1, 3))
+        return self.attention_blocks(q, kb, vb, q_pos)
+
+    def attention_blocks(
+        self, q: np.ndarray, kb: np.ndarray, vb: np.ndarray, q_pos: np.ndarray
+    ) -> np.ndarray:
+        """Attention over keys already laid out in blocks: kb [Hkv, nb, D, b], vb [Hkv, nb, b, D]
+        (each block's matrix contiguous; the block axis may be a view of a longer buffer).
+        Keys past a query's position are masked, whatever bytes they hold."""
+        n, hq, d = q.shape
+        hkv, nb, _, b = kb.shape
+        group = hq // hkv
         scale = F32(1.0 / np.sqrt(d))
         # rows ordered (token, head-in-group) for each kv head: [hkv, n*group, d]
         qh = (q * scale).reshape(n, hkv, group, d).transpose(1, 0, 2, 3).reshape(hkv, n * group, d)
-        kb = kp.reshape(nb, b, hkv, d).transpose(2, 0, 3, 1)  # [hkv, nb, d, b]
-        vb = vp.reshape(nb, b, hkv, d).transpose(2, 0, 1, 3)  # [hkv, nb, b, d]
-        kb, vb = np.ascontiguousarray(kb), np.ascontiguousarray(vb)
         rows = n * group
         t = self.row_tile
         nt = -(-rows // t)

@@ -37,8 +37,8 @@ class ClockedModel:
         self.per_row = per_row
         self.config = model.config
 
-    def new_kv(self, pages: int, page_rows: int, kind: str) -> Any:
-        return self.model.new_kv(pages, page_rows, kind)
+    def new_kv(self, pages: int, page_rows: int, kind: str, **lanes: int) -> Any:
+        return self.model.new_kv(pages, page_rows, kind, **lanes)
 
     def forward(self, segments: list, kv: Any, taps: tuple[int, ...] = ()) -> list:
         self.clock.advance(self.per_forward + self.per_row * sum(len(s.tokens) for s in segments))

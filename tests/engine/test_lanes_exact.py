@@ -266,23 +266,23 @@ def test_a_forward_failing_halfway_leaves_no_trace(tiny: Any, kv_pages: int) -> 
     the others, and the same request run again on the same pages, say what they say alone."""
     e = clocked_engine(tiny, context=256, parallel=2, kv_pages=kv_pages, step_rows=16)
     store = e.kv
-    write = store.write
+    write = store.store_attend
     calls = {"n": 0}
 
-    def failing_write(layer: int, pages: list[int], start: int, k: Any, v: Any) -> None:
-        if start == 32 and len(k) == 16:  # the victim's third step
+    def failing_write(layer: int, segments: list, *rest: Any) -> Any:
+        if any(s.start == 32 and s.count == 16 for s in segments):  # the victim's third step
             calls["n"] += 1
             if calls["n"] == 3:  # layer 2 of 4: layers 0 and 1 wrote their rows
                 raise RuntimeError("device lost")
-        write(layer, pages, start, k, v)
+        return write(layer, segments, *rest)
 
-    store.write = failing_write
+    store.store_attend = failing_write
     victim = e.submit(Request("victim", ids(70, 21), max_tokens=6))
     other = e.submit(Request("other", ids(9, 22), max_tokens=12))
     e.run()
     assert victim.finish_reason == "error" and "device lost" in victim.error
     assert Result.of(other) == solo(tiny, other.req)
-    store.write = write
+    store.store_attend = write
     again = e.submit(replace(victim.req, id="again", arrival=e.clock.now() - e.t0))
     e.run()
     assert Result.of(again) == solo(tiny, victim.req)
