@@ -68,3 +68,17 @@ class KVStore:
             return codec.decode(self.kind, codes, e)
 
         return gather(self.k, self.k_exp), gather(self.v, self.v_exp)
+
+    def codes(
+        self, layer: int, pages: list[int], length: int
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray | None]:
+        """Stored codes and exponents of rows 0..length-1, without decoding."""
+        used = -(-length // self.page_rows)
+        idx = np.asarray(pages[:used], dtype=np.int64)
+
+        def rows(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a[idx].reshape((-1,) + a.shape[2:])[:length]
+
+        k_exp = None if self.k_exp is None else self.k_exp[layer]
+        v_exp = None if self.v_exp is None else self.v_exp[layer]
+        return rows(self.k[layer]), rows(k_exp), rows(self.v[layer]), rows(v_exp)

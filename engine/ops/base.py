@@ -38,6 +38,13 @@ class KVMemory(Protocol):
     @property
     def bytes(self) -> int: ...
     def open_lane(self, lane: int, pages: list[int], rows: int) -> None: ...
+    def read_codes(
+        self, layer: int, pages: list[int], length: int
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray | None]:
+        """The stored bytes of rows 0..length-1, on the host: K codes, K exponents (fp8),
+        V codes, V exponents. For tests and tools, not the hot path."""
+        ...
+
     def store_attend(
         self,
         layer: int,

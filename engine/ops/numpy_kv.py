@@ -57,6 +57,11 @@ class NumpyKV:
             keys, values = self.store.read(layer, pages, rows)
             self._put(layer, lane, 0, keys, values)
 
+    def read_codes(
+        self, layer: int, pages: list[int], length: int
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray | None]:
+        return self.store.codes(layer, pages, length)
+
     def _blocks(self, layer: int, lane: int, nb: int) -> tuple[np.ndarray, np.ndarray]:
         return self.lane_k[layer][lane][:, :nb], self.lane_v[layer][lane][:, :nb]
 
