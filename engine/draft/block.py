@@ -1,8 +1,10 @@
 """The block drafter (docs/drafters.md): reads the target's hidden states at a few layers
 and drafts a whole block in one non-causal pass. Loaded from its own directory.
 
-Per stream, in its lane area: each drafter layer's K/V of the context rows, computed
-from the target's taps as rows are verified.
+Per stream, in its lane of the backend's lane memory: each drafter layer's K/V of the
+context rows, computed from the target's taps as rows are verified. A proposal writes its
+block's K/V after the context (rows that later context overwrites) and attends over both.
+The streams of a round draft together, one batch of rows, attention per lane.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from engine.model.weights import load_tensors
 
 @dataclass
 class BlockState:
-    area: dict[str, np.ndarray]
+    area: tuple[Any, int]  # (lane memory, lane)
     context: int = 0  # context rows absorbed
 
 
@@ -81,14 +83,14 @@ class BlockDrafter(LaneDrafter):
         self.rows = plan.context
         super().plan(plan, model)
 
-    def make_area(self) -> dict[str, np.ndarray]:
+    def make_lanes(self, count: int) -> Any:
         c = self.cfg
-        shape = (c.num_layers, self.rows, c.num_kv_heads, c.head_dim)
-        return {"k": np.zeros(shape, np.float32), "v": np.zeros(shape, np.float32)}
+        rows = self.rows + self.block_size  # a block is drafted after the context
+        return self.model.ops.new_lanes(c.num_layers, count, rows, c.num_kv_heads, c.head_dim)
 
-    def new_state(self, stream: Any, area: dict[str, np.ndarray]) -> BlockState:
-        area["k"][:, : stream.fed] = 0.0  # a reused prefix has no context rows
-        area["v"][:, : stream.fed] = 0.0
+    def new_state(self, stream: Any, area: tuple[Any, int]) -> BlockState:
+        lanes, lane = area
+        lanes.zero(lane, stream.fed)  # a reused prefix has no context rows
         return BlockState(area=area, context=stream.fed)
 
     def _add_context(self, st: BlockState, start: int, taps: dict[int, np.ndarray], n: int) -> None:
@@ -97,10 +99,10 @@ class BlockDrafter(LaneDrafter):
         c = ops.rms_norm(ops.linear(feats, self.fc), self.hidden_norm, eps)
         pos = np.arange(start, start + n)
         cos, sin = ops.asarray(self.cos[pos]), ops.asarray(self.sin[pos])
+        lanes, lane = st.area
         for li, layer in enumerate(self.layers):
             _, k, v = project_qkv(self.cfg, ops, layer, c, cos, sin)
-            st.area["k"][li, start : start + n] = ops.to_numpy(k)
-            st.area["v"][li, start : start + n] = ops.to_numpy(v)
+            lanes.put(li, lane, start, k, v)
         st.context = start + n
 
     def absorb_prompt(self, stream: Any, segment: Any, out: Any) -> None:
@@ -114,26 +116,48 @@ class BlockDrafter(LaneDrafter):
             self._add_context(st, out.start, out.taps, accepted + 1)
 
     def propose(self, stream: Any, k: int) -> list[int]:
-        st = self.states.get(stream.sid)
-        if st is None or st.context != stream.fed:
-            return []
-        ops, m = self.model.ops, self.model
-        p, b = stream.fed - 1, self.block_size
-        pos = np.arange(p + 1, p + 1 + b)
-        first = ops.embed(m.embed, np.asarray([stream.tokens[stream.fed]]))
-        x = ops.concat_rows([first] + [self.mask] * (b - 1))
+        return self.propose_many([stream], k)[0]
+
+    def propose_many(self, streams: list[Any], k: int) -> list[list[int]]:
+        ops, m, b = self.model.ops, self.model, self.block_size
+        active = []
+        for s in streams:
+            st = self.states.get(s.sid)
+            if st is not None and st.context == s.fed:
+                active.append((s, st))
+        if not active:
+            return [[] for _ in streams]
+        firsts = np.asarray([s.tokens[s.fed] for s, _ in active])
+        first = ops.embed(m.embed, firsts)
+        x = ops.concat_rows(
+            [
+                r
+                for j in range(len(active))
+                for r in (ops.take_rows(first, [j]), *[self.mask] * (b - 1))
+            ]
+        )
+        pos = np.concatenate([np.arange(s.fed, s.fed + b) for s, _ in active])
         cos, sin = ops.asarray(self.cos[pos]), ops.asarray(self.sin[pos])
-        see_all = np.full(b, p + b)  # non-causal inside the block
 
         for li, layer in enumerate(self.layers):
 
             def attend(q: Any, kb: Any, vb: Any, li: int = li) -> Any:
-                keys = ops.concat_rows([ops.asarray(st.area["k"][li, : p + 1]), kb])
-                values = ops.concat_rows([ops.asarray(st.area["v"][li, : p + 1]), vb])
-                return ops.attention(q, keys, values, see_all)
+                outs = []
+                for j, (s, st) in enumerate(active):
+                    lanes, lane = st.area
+                    rows = slice(j * b, (j + 1) * b)
+                    lanes.put(li, lane, s.fed, kb[rows], vb[rows])
+                    see_all = np.full(b, s.fed - 1 + b)  # non-causal inside the block
+                    outs.append(lanes.attend(li, lane, q[rows], see_all, s.fed + b))
+                return ops.concat_rows(outs)
 
             x = decoder_layer(self.cfg, ops, layer, x, cos, sin, attend)
         rows = min(k, b - 1)
-        y = ops.rms_norm(ops.take_rows(x, np.arange(1, 1 + rows)), self.norm, self.cfg.rms_norm_eps)
-        logits = ops.to_numpy(ops.linear(y, m.lm_head))
-        return [int(i) for i in np.argmax(logits, axis=-1)]
+        take = np.concatenate([j * b + np.arange(1, 1 + rows) for j in range(len(active))])
+        y = ops.rms_norm(ops.take_rows(x, take), self.norm, self.cfg.rms_norm_eps)
+        logits = ops.to_numpy(ops.linear(y, m.lm_head)).reshape(len(active), rows, -1)
+        drafts = {
+            s.sid: [int(i) for i in np.argmax(logits[j], axis=-1)]
+            for j, (s, _) in enumerate(active)
+        }
+        return [drafts.get(s.sid, []) for s in streams]

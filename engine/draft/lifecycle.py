@@ -1,11 +1,10 @@
-"""What every drafter shares: per-stream state in the stream's lane area, and the
-open/release rules (a second open is refused, a second release is a no-op)."""
+"""What every drafter shares: per-stream state in the stream's lane of the backend's lane
+memory (made once, at `plan`), and the open/release rules (a second open is refused, a
+second release is a no-op)."""
 
 from __future__ import annotations
 
 from typing import Any
-
-import numpy as np
 
 from engine.kv.plan import PagePlan
 
@@ -19,15 +18,16 @@ class LaneDrafter:
 
     def __init__(self) -> None:
         self.states: dict[int, Any] = {}
-        self.areas: list[dict[str, np.ndarray]] = []
+        self.lanes: Any = None  # the backend's Lanes for every lane of the plan, or None
         self.page_plan: PagePlan | None = None
         self.opens_without_lane = 0
 
-    # subclasses: the buffers one lane needs, and a stream's fresh state over them
-    def make_area(self) -> dict[str, np.ndarray]:
-        return {}
+    # subclasses: lane memory for `count` lanes (None: no per-lane memory), and a stream's
+    # fresh state over one lane of it
+    def make_lanes(self, count: int) -> Any:
+        return None
 
-    def new_state(self, stream: Any, area: dict[str, np.ndarray]) -> Any:
+    def new_state(self, stream: Any, area: tuple[Any, int]) -> Any:
         return {}
 
     def max_tokens(self, k: int) -> int:
@@ -35,7 +35,7 @@ class LaneDrafter:
 
     def plan(self, plan: PagePlan, model: Any) -> None:
         self.page_plan = plan
-        self.areas = [self.make_area() for _ in range(plan.lanes)]
+        self.lanes = self.make_lanes(plan.lanes)
 
     def open(self, stream: Any) -> None:
         if stream.sid in self.states:
@@ -44,9 +44,9 @@ class LaneDrafter:
             self.opens_without_lane += 1
             if self.page_plan is not None:
                 self.page_plan.unplanned_allocations += 1
-            area = self.make_area()
+            area = (self.make_lanes(1), 0)
         else:
-            area = self.areas[stream.run.lane]
+            area = (self.lanes, stream.run.lane)
         self.states[stream.sid] = self.new_state(stream, area)
 
     def release(self, stream: Any) -> None:
@@ -60,3 +60,7 @@ class LaneDrafter:
 
     def propose(self, stream: Any, k: int) -> list[int]:
         return []
+
+    def propose_many(self, streams: list[Any], k: int) -> list[list[int]]:
+        """Drafts for the streams of one round; drafters that batch override this."""
+        return [self.propose(s, k) for s in streams]

@@ -1,9 +1,11 @@
 """The MTP drafter (docs/drafters.md): one extra decoder layer over the normed embedding
 of the next token joined with the target's last hidden state, sharing embedding and head.
 
-Per stream, in its lane area: the MTP layer's K/V rows, and the target hidden state of
-the newest row whose next token is not known yet. Rows are recomputed from the target's
-real hidden states after each verification, overwriting speculative rows.
+Per stream, in its lane of the backend's lane memory: the MTP layer's K/V rows; in its
+state, the target hidden state of the newest row whose next token is not known yet. Rows
+are recomputed from the target's real hidden states after each verification, overwriting
+speculative rows. The streams of a round draft together: each chained draft position is
+one batch of rows (a row's bits do not depend on its neighbours), with attention per lane.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from engine.model.qwen3 import build_layer, decoder_layer
 
 @dataclass
 class MtpState:
-    area: dict[str, np.ndarray]
+    area: tuple[Any, int]  # (lane memory, lane)
     next_pos: int = 0  # first position without an MTP row from the target's real state
     pending: np.ndarray | None = None  # target hidden at next_pos, its next token unknown
     logits: np.ndarray | None = None  # MTP logits of the newest real row
@@ -59,34 +61,41 @@ class MtpDrafter(LaneDrafter):
         self.rows = plan.context
         super().plan(plan, model)
 
-    def make_area(self) -> dict[str, np.ndarray]:
+    def make_lanes(self, count: int) -> Any:
         c = self.model.config
-        shape = (self.rows, c.num_kv_heads, c.head_dim)
-        return {"k": np.zeros(shape, np.float32), "v": np.zeros(shape, np.float32)}
+        return self.model.ops.new_lanes(1, count, self.rows, c.num_kv_heads, c.head_dim)
 
-    def new_state(self, stream: Any, area: dict[str, np.ndarray]) -> MtpState:
+    def new_state(self, stream: Any, area: tuple[Any, int]) -> MtpState:
         # rows before the first step (a reused prefix) get no MTP rows: zero them so a
         # lane's earlier stream leaves nothing behind
-        area["k"][: stream.fed] = 0.0
-        area["v"][: stream.fed] = 0.0
+        lanes, lane = area
+        lanes.zero(lane, stream.fed)
         return MtpState(area=area, next_pos=stream.fed)
 
-    def _rows(self, st: MtpState, start: int, hidden: np.ndarray, tokens: list[int]) -> np.ndarray:
+    def _rows(self, st: MtpState, start: int, hidden: np.ndarray, tokens: list[int]) -> Any:
         """MTP rows at positions start.. from target (or chained) states; returns outputs y."""
+        return self._rows_many([(st, start, hidden, tokens)])
+
+    def _rows_many(self, items: list[tuple[MtpState, int, Any, list[int]]]) -> Any:
+        """Rows of several streams in one batch; outputs y of all rows, in item order."""
         m, ops = self.model, self.model.ops
         eps = m.config.rms_norm_eps
-        n = len(tokens)
-        pos = np.arange(start, start + n)
+        tokens = [t for _, _, _, toks in items for t in toks]
+        pos = np.concatenate([np.arange(start, start + len(t)) for _, start, _, t in items])
+        hidden = ops.concat_rows([ops.asarray(h) for _, _, h, _ in items])
         e = ops.rms_norm(ops.embed(m.embed, np.asarray(tokens)), self.norm_e, eps)
-        g = ops.rms_norm(ops.asarray(hidden), self.norm_h, eps)
+        g = ops.rms_norm(hidden, self.norm_h, eps)
         x = ops.linear(ops.concat_cols([e, g]), self.fc)
 
         def attend(q: Any, k: Any, v: Any) -> Any:
-            st.area["k"][start : start + n] = ops.to_numpy(k)
-            st.area["v"][start : start + n] = ops.to_numpy(v)
-            keys = ops.asarray(st.area["k"][: start + n])
-            values = ops.asarray(st.area["v"][: start + n])
-            return ops.attention(q, keys, values, pos)
+            outs, a = [], 0
+            for st, start, _, toks in items:
+                lanes, lane = st.area
+                z = a + len(toks)
+                lanes.put(0, lane, start, k[a:z], v[a:z])
+                outs.append(lanes.attend(0, lane, q[a:z], pos[a:z], start + len(toks)))
+                a = z
+            return ops.concat_rows(outs)
 
         cos, sin = ops.asarray(m.cos[pos]), ops.asarray(m.sin[pos])
         return decoder_layer(m.config, ops, self.layer, x, cos, sin, attend)
@@ -128,12 +137,26 @@ class MtpDrafter(LaneDrafter):
             self._catch_up(stream, st, out.start, out.taps[self.taps[0]][: accepted + 1])
 
     def propose(self, stream: Any, k: int) -> list[int]:
-        st = self.states.get(stream.sid)
-        if st is None or st.logits is None or st.next_pos != stream.fed:
-            return []
-        drafts = [int(np.argmax(st.logits))]
-        y = st.y
-        for i in range(1, k):
-            y = self._rows(st, stream.fed + i - 1, self.model.ops.to_numpy(y), [drafts[-1]])
-            drafts.append(int(np.argmax(self._logits(y))))
-        return drafts
+        return self.propose_many([stream], k)[0]
+
+    def propose_many(self, streams: list[Any], k: int) -> list[list[int]]:
+        ops = self.model.ops
+        active = []
+        for s in streams:
+            st = self.states.get(s.sid)
+            if st is not None and st.logits is not None and st.next_pos == s.fed:
+                active.append((s, st))
+        drafts = {s.sid: [int(np.argmax(st.logits))] for s, st in active}
+        ys = [st.y for _, st in active]
+        for i in range(1, k if active else 0):
+            items = [
+                (st, s.fed + i - 1, ops.to_numpy(y), [drafts[s.sid][-1]])
+                for (s, st), y in zip(active, ys, strict=True)
+            ]
+            y_all = self._rows_many(items)
+            normed = ops.rms_norm(y_all, self.norm, self.model.config.rms_norm_eps)
+            logits = ops.to_numpy(ops.linear(normed, self.model.lm_head))
+            ys = [ops.take_rows(y_all, np.asarray([j])) for j in range(len(active))]
+            for j, (s, _) in enumerate(active):
+                drafts[s.sid].append(int(np.argmax(logits[j])))
+        return [drafts.get(s.sid, []) for s in streams]

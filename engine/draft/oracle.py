@@ -34,7 +34,7 @@ class OracleDrafter(LaneDrafter):
             )
         return cls(model=model)
 
-    def new_state(self, stream: Any, area: dict) -> dict:
+    def new_state(self, stream: Any, area: tuple[Any, int]) -> dict:
         return {"rounds": 0}
 
     def continuation(self, stream: Any, k: int) -> list[int]:

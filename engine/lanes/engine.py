@@ -271,8 +271,11 @@ class Engine:
 
     def _round(self, streams: list[Stream]) -> None:
         segs, drafts = [], []
+        drafting = [s for s in streams if s.req.draft]
+        proposed = self.drafter.propose_many(drafting, self.cfg.draft_tokens) if drafting else []
+        proposals = {s.sid: d for s, d in zip(drafting, proposed, strict=True)}
         for s in streams:
-            d = self.drafter.propose(s, self.cfg.draft_tokens) if s.req.draft else []
+            d = proposals.get(s.sid, [])
             d = d[: max(0, s.req.max_tokens - len(s.generated) - 1)]
             drafts.append(d)
             toks = np.asarray([s.tokens[s.fed], *d], dtype=np.int64)

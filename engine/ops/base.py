@@ -25,6 +25,16 @@ class KVSegment:
     count: int
 
 
+class Lanes(Protocol):
+    """Float32 K/V rows per lane and layer on the backend's device, ready for attention."""
+
+    def put(self, layer: int, lane: int, start: int, k: Array, v: Array) -> None: ...
+    def zero(self, lane: int, rows: int) -> None: ...
+    def attend(self, layer: int, lane: int, q: Array, q_pos: np.ndarray, length: int) -> Array:
+        """Attention of q [n, Hq, D] at positions q_pos over the lane's rows 0..length-1."""
+        ...
+
+
 class KVMemory(Protocol):
     """The KV pages of every layer, owned by a backend on its own device.
 
@@ -91,3 +101,6 @@ class Ops(Protocol):
         lanes: int,
         lane_rows: int,
     ) -> KVMemory: ...
+    def new_lanes(
+        self, layers: int, lanes: int, rows: int, kv_heads: int, head_dim: int
+    ) -> Lanes: ...

@@ -145,9 +145,14 @@ class MlxOps:
 
     # ---- memory and attention -------------------------------------------------------
     def new_kv(self, *shape_and_kind: object, **kw: object) -> object:
-        from engine.ops.mlx_kv import MlxKV
+        from engine.ops.host_kv import HostKV
 
-        return MlxKV(self, *shape_and_kind, **kw)
+        return HostKV(self, *shape_and_kind, **kw)
+
+    def new_lanes(self, layers: int, lanes: int, rows: int, kv_heads: int, head_dim: int) -> object:
+        from engine.ops.mlx_lanes import MlxLanes
+
+        return MlxLanes(self, layers, lanes, rows, kv_heads, head_dim)
 
     def attention_many(self, items: list[tuple]) -> list[mx.array]:
         return [self.attention(*item) for item in items]

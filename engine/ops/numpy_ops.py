@@ -104,9 +104,14 @@ class NumpyOps:
         return [self.attention(*item) for item in items]
 
     def new_kv(self, *shape_and_kind: object, **kw: object) -> object:
-        from engine.ops.numpy_kv import NumpyKV
+        from engine.ops.host_kv import HostKV
 
-        return NumpyKV(self, *shape_and_kind, **kw)
+        return HostKV(self, *shape_and_kind, **kw)
+
+    def new_lanes(self, layers: int, lanes: int, rows: int, kv_heads: int, head_dim: int) -> object:
+        from engine.ops.numpy_lanes import NumpyLanes
+
+        return NumpyLanes(self, layers, lanes, rows, kv_heads, head_dim)
 
     def attention(
         self, q: np.ndarray, k: np.ndarray, v: np.ndarray, q_pos: np.ndarray

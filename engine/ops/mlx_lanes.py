@@ -1,27 +1,26 @@
-"""KV memory of the mlx backend: the numpy backend's pages and codec, with each lane's
-decoded view kept as mlx arrays, updated in place a block at a time, so attention reads
-the lane's blocks without converting the history again."""
+"""The numpy backend's lane views as mlx arrays, updated in place one key block at a time
+(mlx reuses the buffer of an array that nothing else holds)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
 
-from engine.ops.numpy_kv import NumpyKV
+from engine.ops.numpy_lanes import NumpyLanes
 
 
-class MlxKV(NumpyKV):
+class MlxLanes(NumpyLanes):
     def _zeros(self, shape: tuple[int, ...]) -> mx.array:
         a = mx.zeros(shape, dtype=mx.float32)
         mx.eval(a)
         return a
 
-    def _blocks(self, layer: int, lane: int, nb: int) -> tuple[mx.array, mx.array]:
-        return self.lane_k[layer][lane, :, :nb], self.lane_v[layer][lane, :, :nb]
-
-    def _put(self, layer: int, lane: int, start: int, k: np.ndarray, v: np.ndarray) -> None:
+    def put(self, layer: int, lane: int, start: int, k: Any, v: Any) -> None:
+        k, v = self.ops.to_numpy(k), self.ops.to_numpy(v)
         b = self.ops.key_block
-        lk, lv = self.lane_k[layer], self.lane_v[layer]
+        lk, lv = self.k[layer], self.v[layer]
         pos, end = start, start + len(k)
         while pos < end:  # one slice update per key block the rows touch
             j, o = divmod(pos, b)
@@ -31,6 +30,10 @@ class MlxKV(NumpyKV):
             lv[lane, :, j, o : o + n, :] = mx.array(_heads_first(v[rows]))
             pos += n
         mx.eval(lk, lv)
+
+    def blocks(self, layer: int, lane: int, length: int) -> tuple[mx.array, mx.array]:
+        nb = -(-length // self.ops.key_block)
+        return self.k[layer][lane, :, :nb], self.v[layer][lane, :, :nb]
 
 
 def _rows_last(x: np.ndarray) -> np.ndarray:

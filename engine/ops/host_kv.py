@@ -1,0 +1,86 @@
+"""KV memory of the host backends (numpy, mlx): encoded pages on the host, plus each
+lane's rows decoded once into the backend's lane views (engine/ops/numpy_lanes.py).
+
+Pages hold the codes (bf16, or fp8 with a power-of-two scale per position and KV head),
+the bytes every backend must agree on. A step encodes and decodes only its new rows, and
+attention reads a view of the lane's blocks instead of gathering and decoding the whole
+history. A decoded row is a function of its codes alone, so a reused prefix decoded from
+cached pages at `open_lane` holds the same bits as the rows its first stream decoded
+while writing them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from engine.kv import codec
+from engine.kv.store import KVStore
+from engine.ops.base import KVSegment
+
+
+class HostKV:
+    def __init__(
+        self,
+        ops: Any,
+        layers: int,
+        pages: int,
+        page_rows: int,
+        kv_heads: int,
+        head_dim: int,
+        kind: str,
+        lanes: int,
+        lane_rows: int,
+    ) -> None:
+        self.ops = ops
+        self.kind = kind
+        self.page_rows = page_rows
+        self.store = KVStore(layers, pages, page_rows, kv_heads, head_dim, kind)
+        self.lanes = ops.new_lanes(layers, lanes, lane_rows, kv_heads, head_dim)
+
+    @property
+    def bytes(self) -> int:
+        return self.store.bytes
+
+    def open_lane(self, lane: int, pages: list[int], rows: int) -> None:
+        """A stream takes `lane` over `pages`; its first `rows` rows are already stored."""
+        if rows <= 0:
+            return
+        for layer in range(len(self.store.k)):
+            keys, values = self.store.read(layer, pages, rows)
+            self.lanes.put(layer, lane, 0, keys, values)
+
+    def read_codes(
+        self, layer: int, pages: list[int], length: int
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray | None]:
+        return self.store.codes(layer, pages, length)
+
+    def store_attend(
+        self,
+        layer: int,
+        segments: list[KVSegment],
+        positions: np.ndarray,
+        q: Any,
+        k: Any,
+        v: Any,
+    ) -> Any:
+        k, v = self.ops.to_numpy(k), self.ops.to_numpy(v)
+        outs, a = [], 0
+        for seg in segments:
+            z = a + seg.count
+            codes_k, exp_k = codec.encode(self.kind, k[a:z])
+            codes_v, exp_v = codec.encode(self.kind, v[a:z])
+            self.store.put_codes(layer, seg.pages, seg.start, codes_k, exp_k, codes_v, exp_v)
+            self.lanes.put(
+                layer,
+                seg.lane,
+                seg.start,
+                codec.decode(self.kind, codes_k, exp_k),
+                codec.decode(self.kind, codes_v, exp_v),
+            )
+            outs.append(
+                self.lanes.attend(layer, seg.lane, q[a:z], positions[a:z], seg.start + seg.count)
+            )
+            a = z
+        return self.ops.concat_rows(outs)
