@@ -66,7 +66,7 @@ class HostKV:
         v: Any,
     ) -> Any:
         k, v = self.ops.to_numpy(k), self.ops.to_numpy(v)
-        outs, a = [], 0
+        asks, a = [], 0
         for seg in segments:
             z = a + seg.count
             codes_k, exp_k = codec.encode(self.kind, k[a:z])
@@ -79,8 +79,6 @@ class HostKV:
                 codec.decode(self.kind, codes_k, exp_k),
                 codec.decode(self.kind, codes_v, exp_v),
             )
-            outs.append(
-                self.lanes.attend(layer, seg.lane, q[a:z], positions[a:z], seg.start + seg.count)
-            )
+            asks.append((seg.lane, q[a:z], positions[a:z], seg.start + seg.count))
             a = z
-        return self.ops.concat_rows(outs)
+        return self.ops.concat_rows(self.lanes.attend_many(layer, asks))

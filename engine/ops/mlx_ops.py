@@ -188,32 +188,44 @@ class MlxOps:
     ) -> mx.array:
         """Attention over keys laid out in blocks, kb [Hkv, nb, D, b] and vb [Hkv, nb, b, D];
         keys past a query's position are masked whatever they hold."""
-        n, hq, d = q.shape
-        hkv, nb, _, b = kb.shape
+        out = self.attention_lanes(q[None], kb[None], vb[None], np.asarray(q_pos)[None])
+        return self._out(out[0])
+
+    def attention_lanes(
+        self, q: mx.array, kb: mx.array, vb: mx.array, q_pos: np.ndarray
+    ) -> mx.array:
+        """`attention_blocks` for L lanes at once: q [L, n, Hq, D], kb [L, Hkv, nb, D, b],
+        vb [L, Hkv, nb, b, D], q_pos [L, n] (-1: a padding row that sees nothing). Each
+        (rows, D) @ (D, b) product is one lane's block, so a lane's rows get the bits they
+        get alone; blocks past a row's position add exact zeros."""
+        lanes, n, hq, d = q.shape
+        _, hkv, nb, _, b = kb.shape
         group = hq // hkv
         self.probe_matmul(d, b)
         self.probe_matmul(b, d)
         rows = n * group
         scale = float(1.0 / np.sqrt(d))
         # rows ordered (token, head-in-group) for each kv head, repeated for every block:
-        # [hkv, nb, rows, d] (a plain batch is faster than a broadcast one in mlx's matmul)
-        qh = (q * scale).reshape(n, hkv, group, d).transpose(1, 0, 2, 3).reshape(hkv, 1, rows, d)
-        qh = mx.contiguous(mx.broadcast_to(qh, (hkv, nb, rows, d)))
+        # [L, hkv, nb, rows, d] (a plain batch is faster than a broadcast one in mlx's matmul)
+        qh = (q * scale).reshape(lanes, n, hkv, group, d).transpose(0, 2, 1, 3, 4)
+        qh = qh.reshape(lanes, hkv, 1, rows, d)
+        qh = mx.contiguous(mx.broadcast_to(qh, (lanes, hkv, nb, rows, d)))
         kb, vb = mx.contiguous(kb), mx.contiguous(vb)
-        s = qh @ kb  # [hkv, nb, rows, b]: one (rows, d) @ (d, b) product per block
-        key_pos = np.arange(nb * b).reshape(nb, 1, b)
-        row_pos = np.repeat(np.asarray(q_pos, dtype=np.int64), group).reshape(1, rows, 1)
+        s = qh @ kb  # [L, hkv, nb, rows, b]: one (rows, d) @ (d, b) product per block
+        key_pos = np.arange(nb * b).reshape(1, 1, nb, 1, b)
+        row_pos = np.repeat(np.asarray(q_pos, dtype=np.int64), group, axis=1)
+        row_pos = row_pos.reshape(lanes, 1, 1, rows, 1)
         s = mx.where(mx.array(key_pos <= row_pos), s, -mx.inf)
-        m = mx.max(mx.max(s, axis=-1, keepdims=True), axis=1, keepdims=True)  # [hkv,1,rows,1]
+        m = mx.max(mx.max(s, axis=-1, keepdims=True), axis=2, keepdims=True)  # [L,hkv,1,rows,1]
         m = mx.where(mx.isinf(m), 0.0, m)
         p = mx.exp(s - m)  # masked keys: exp(-inf) = 0 exactly
-        block_sums = mx.sum(p, axis=-1)  # [hkv, nb, rows], fixed length b
-        pv = p @ vb  # [hkv, nb, rows, d]: one (rows, b) @ (b, d) product per block
-        total = block_sums[:, 0]
-        acc = pv[:, 0]
+        block_sums = mx.sum(p, axis=-1)  # [L, hkv, nb, rows], fixed length b
+        pv = p @ vb  # [L, hkv, nb, rows, d]: one (rows, b) @ (b, d) product per block
+        total = block_sums[:, :, 0]
+        acc = pv[:, :, 0]
         for j in range(1, nb):
-            total = total + block_sums[:, j]
-            acc = acc + pv[:, j]
+            total = total + block_sums[:, :, j]
+            acc = acc + pv[:, :, j]
         total = mx.where(total > 0, total, 1.0)
-        out = (acc / total[..., None]).reshape(hkv, n, group, d)
-        return self._out(mx.contiguous(out.transpose(1, 0, 2, 3).reshape(n, hq, d)))
+        out = (acc / total[..., None]).reshape(lanes, hkv, n, group, d)
+        return self._out(mx.contiguous(out.transpose(0, 2, 1, 3, 4).reshape(lanes, n, hq, d)))

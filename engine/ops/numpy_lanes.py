@@ -58,3 +58,25 @@ class NumpyLanes:
         """Attention of q [n, Hq, D] at positions q_pos over the lane's rows 0..length-1."""
         kb, vb = self.blocks(layer, lane, length)
         return self.ops.attention_blocks(q, kb, vb, q_pos)
+
+    def attend_many(self, layer: int, items: list[tuple[int, Any, np.ndarray, int]]) -> list[Any]:
+        """`attend` for several (lane, q, q_pos, length) at once. Lanes that lie close
+        together run as one batch over a view of their blocks (a lane between them that is
+        not asked runs padding rows that see nothing); others one at a time."""
+        lanes = [lane for lane, _, _, _ in items]
+        lo, hi = min(lanes), max(lanes)
+        if len(items) == 1 or len(set(lanes)) < len(lanes) or hi - lo + 1 > 2 * len(items):
+            return [self.attend(layer, *item) for item in items]
+        b = self.ops.key_block
+        n = max(len(q) for _, q, _, _ in items)
+        nb = max(-(-length // b) for _, _, _, length in items)
+        _, hq, d = items[0][1].shape
+        q_all = np.zeros((hi - lo + 1, n, hq, d), F32)
+        pos_all = np.full((hi - lo + 1, n), -1, dtype=np.int64)
+        for lane, q, q_pos, _ in items:
+            q_all[lane - lo, : len(q)] = self.ops.to_numpy(q)
+            pos_all[lane - lo, : len(q)] = q_pos
+        kb = self.k[layer][lo : hi + 1, :, :nb]
+        vb = self.v[layer][lo : hi + 1, :, :nb]
+        out = self.ops.attention_lanes(self.ops.asarray(q_all), kb, vb, pos_all)
+        return [out[lane - lo, : len(q)] for lane, q, _, _ in items]

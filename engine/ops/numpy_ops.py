@@ -137,37 +137,47 @@ class NumpyOps:
         """Attention over keys already laid out in blocks: kb [Hkv, nb, D, b], vb [Hkv, nb, b, D]
         (each block's matrix contiguous; the block axis may be a view of a longer buffer).
         Keys past a query's position are masked, whatever bytes they hold."""
-        n, hq, d = q.shape
-        hkv, nb, _, b = kb.shape
+        return self.attention_lanes(q[None], kb[None], vb[None], np.asarray(q_pos)[None])[0]
+
+    def attention_lanes(
+        self, q: np.ndarray, kb: np.ndarray, vb: np.ndarray, q_pos: np.ndarray
+    ) -> np.ndarray:
+        """`attention_blocks` for L lanes at once: q [L, n, Hq, D], kb [L, Hkv, nb, D, b],
+        vb [L, Hkv, nb, b, D], q_pos [L, n] (-1: a padding row that sees nothing). Each
+        lane's rows get the bits they get alone: the same (t, D) @ (D, b) product per query
+        tile and block, and blocks past a row's position add exact zeros."""
+        lanes, n, hq, d = q.shape
+        _, hkv, nb, _, b = kb.shape
         group = hq // hkv
         scale = F32(1.0 / np.sqrt(d))
-        # rows ordered (token, head-in-group) for each kv head: [hkv, n*group, d]
-        qh = (q * scale).reshape(n, hkv, group, d).transpose(1, 0, 2, 3).reshape(hkv, n * group, d)
+        # rows ordered (token, head-in-group) for each kv head: [L, hkv, n*group, d]
+        qh = (q * scale).reshape(lanes, n, hkv, group, d).transpose(0, 2, 1, 3, 4)
         rows = n * group
         t = self.row_tile
         nt = -(-rows // t)
-        qt = np.zeros((hkv, nt * t, d), dtype=F32)
-        qt[:, :rows] = qh
-        qt = qt.reshape(hkv, nt, 1, t, d)
-        # scores [hkv, nt, nb, t, b]: one fixed-shape (t, d) @ (d, b) product per tile and block
-        s = np.matmul(qt, kb[:, None])
+        qt = np.zeros((lanes, hkv, nt * t, d), dtype=F32)
+        qt[:, :, :rows] = qh.reshape(lanes, hkv, rows, d)
+        qt = qt.reshape(lanes, hkv, nt, 1, t, d)
+        # scores [L, hkv, nt, nb, t, b]: one fixed-shape (t, d) @ (d, b) product per tile, block
+        s = np.matmul(qt, kb[:, :, None])
         key_pos = np.arange(nb * b).reshape(nb, b)
-        row_pos = np.repeat(np.asarray(q_pos), group)
-        row_pos = np.concatenate([row_pos, np.full(nt * t - rows, -1)]).reshape(nt, 1, t, 1)
-        visible = key_pos[None, :, None, :] <= row_pos  # [nt, nb, t, b]
-        s = np.where(visible[None], s, -np.inf).astype(F32)
-        m = s.max(axis=(2, 4), keepdims=True)
+        row_pos = np.repeat(np.asarray(q_pos), group, axis=1)
+        row_pos = np.concatenate([row_pos, np.full((lanes, nt * t - rows), -1)], axis=1)
+        row_pos = row_pos.reshape(lanes, 1, nt, 1, t, 1)
+        visible = key_pos[None, None, None, :, None, :] <= row_pos  # [L, 1, nt, nb, t, b]
+        s = np.where(visible, s, -np.inf).astype(F32)
+        m = s.max(axis=(3, 5), keepdims=True)
         m = np.where(np.isfinite(m), m, F32(0.0))
         p = np.exp(s - m)
         p = np.ascontiguousarray(p)
-        block_sums = p.sum(axis=-1)  # [hkv, nt, nb, t], fixed length b
-        pv = np.matmul(p, vb[:, None])  # [hkv, nt, nb, t, d]
-        total = block_sums[:, :, 0].copy()
-        acc = pv[:, :, 0].copy()
+        block_sums = p.sum(axis=-1)  # [L, hkv, nt, nb, t], fixed length b
+        pv = np.matmul(p, vb[:, :, None])  # [L, hkv, nt, nb, t, d]
+        total = block_sums[:, :, :, 0].copy()
+        acc = pv[:, :, :, 0].copy()
         for j in range(1, nb):
-            total += block_sums[:, :, j]
-            acc += pv[:, :, j]
+            total += block_sums[:, :, :, j]
+            acc += pv[:, :, :, j]
         total = np.where(total > 0, total, F32(1.0))
-        out = (acc / total[..., None]).reshape(hkv, nt * t, d)[:, :rows]
-        out = out.reshape(hkv, n, group, d).transpose(1, 0, 2, 3).reshape(n, hq, d)
-        return np.ascontiguousarray(out, dtype=F32)
+        out = (acc / total[..., None]).reshape(lanes, hkv, nt * t, d)[:, :, :rows]
+        out = out.reshape(lanes, hkv, n, group, d).transpose(0, 2, 1, 3, 4)
+        return np.ascontiguousarray(out.reshape(lanes, n, hq, d), dtype=F32)
