@@ -4,18 +4,40 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from conftest import run_gates
+import pytest
+
+from conftest import git, run_gates
 
 REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "fixtures" / "models" / "tiny-qwen3"
+TINY_MATRIX = """
+model: fixtures/models/tiny-qwen3
+backend: numpy
+prompts: t
+max_tokens: 6
+timeout: 300
+axes:
+  kv: [bf16, fp8]
+  parallel: [4]
+  paging: [on]
+gates:
+  - name: flags unset == main
+    across_commits: {}
+  - name: concurrent == solo
+    within_commit: {vary: parallel, reference: serial}
+  - name: no pages at idle
+    resource: {pages_in_use: 0, unplanned_allocations: 0}
+"""
 
 
-def gates_cmd(repo: Path, out: Path) -> list[str]:
+def gates_cmd(repo: Path, out: Path, base: str = "main~1", head: str = "main") -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -24,9 +46,9 @@ def gates_cmd(repo: Path, out: Path) -> list[str]:
         "--repo",
         str(repo),
         "--base",
-        "main~1",
+        base,
         "--head",
-        "main",
+        head,
         "--matrix",
         "matrices/small.yaml",
         "--quiet",
@@ -49,6 +71,52 @@ def test_two_runs_at_once_on_one_cache_both_hold_with_equal_results(stub_repo, t
     verdicts = [[(g["name"], g["status"], g["matched"]) for g in m["gates"]] for m in manifests]
     assert verdicts[0] == verdicts[1]
     assert all(a["status"] in ("ok",) for m in manifests for a in m["arms"])
+
+
+@pytest.fixture
+def tiny_repo(tmp_path: Path) -> Path:
+    """A repository with this tree's real engine, the bundled tiny model and 4 chat prompts;
+    main~1..main differ in engine/ (a note), so base and head arms are distinct results."""
+    root = tmp_path / "tiny"
+    shutil.copytree(REPO / "engine", root / "engine", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(TINY, root / "fixtures" / "models" / "tiny-qwen3")
+    chats = (REPO / "fixtures" / "prompts" / "chats.jsonl").read_text().splitlines()[:4]
+    (root / "fixtures" / "prompts").mkdir(parents=True)
+    (root / "fixtures" / "prompts" / "t.jsonl").write_text("\n".join(chats) + "\n")
+    (root / "matrices").mkdir()
+    (root / "matrices" / "small.yaml").write_text(TINY_MATRIX)
+    (root / ".gitignore").write_text("__pycache__/\nreceipts/\n")
+    git(root, "init", "-q", "-b", "main")
+    for msg in ("base", "head"):
+        if msg == "head":
+            (root / "engine" / "NOTE.md").write_text("a note: the engine tree differs\n")
+        git(root, "add", "-A")
+        git(root, "-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", msg)
+    return root
+
+
+@pytest.mark.skipif(not TINY.is_dir(), reason="no bundled tiny model in this tree")
+def test_two_real_runs_at_once_share_the_work_and_agree(tiny_repo, tmp_path):
+    """Two `python -m gates run` of one matrix at once on one GATES_CACHE, with the real engine:
+    both exit 0 with equal verdicts and tokens, and every arm runs once in all (its result key
+    is locked while it runs; the other run waits for it or takes another arm)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "GATES_CACHE": str(tmp_path / "cache")}
+    outs = [tmp_path / "a", tmp_path / "b"]
+    procs = [
+        subprocess.Popen(gates_cmd(tiny_repo, o), env=env, cwd=REPO, stderr=subprocess.PIPE)
+        for o in outs
+    ]
+    errs = [p.communicate(timeout=600)[1].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    mans = [json.loads(next(o.glob("*.json")).read_text()) for o in outs]
+    verdicts = [[(g["name"], g["status"], g["matched"]) for g in m["gates"]] for m in mans]
+    assert verdicts[0] == verdicts[1]
+    tokens = [
+        sorted((a["key"], [r["token_sha"] for r in a["replies"]]) for a in m["arms"]) for m in mans
+    ]
+    assert tokens[0] == tokens[1]
+    keys = {a["key"] for m in mans for a in m["arms"]}
+    assert sum(m["matrix"]["ran"] for m in mans) == len(keys), [m["matrix"] for m in mans]
 
 
 def test_a_corrupt_cache_entry_is_a_miss_and_is_reported(stub_repo):
