@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import git, run_gates
+from gates import refs
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "fixtures" / "models" / "tiny-qwen3"
@@ -158,3 +159,73 @@ def test_a_killed_run_leaves_nothing_that_breaks_the_next(stub_repo, tmp_path):
     code, man, _ = run_gates(stub_repo)
     assert code == 0
     assert all(a["status"] == "ok" for a in man["arms"])
+
+
+def _wait_for_arms(proc: subprocess.Popen, timeout: float = 60) -> None:
+    runs = Path(os.environ["GATES_CACHE"]) / "runs"
+    deadline = time.monotonic() + timeout
+    while not (runs.exists() and any(runs.iterdir())):
+        assert proc.poll() is None and time.monotonic() < deadline, "no arm started"
+        time.sleep(0.05)
+    time.sleep(0.5)
+
+
+def test_worktrees_in_use_are_neither_pruned_nor_cleaned(stub_repo, tmp_path, monkeypatch):
+    """While one run's arms run, another process prunes every worktree it may (keep 0) and
+    runs `gates clean`: the running run's worktrees stay, clean exits 2 naming them, and
+    the run ends with every arm ok; clean then removes everything."""
+    flag = tmp_path / "hang"
+    flag.write_text("")
+    stub_repo.commit("hangs while the flag file exists", HANG_KV="fp8", HANG_FILE=str(flag))
+    other = stub_repo.commit("a third commit, for a worktree of its own")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = tmp_path / "a"
+    proc = subprocess.Popen(
+        gates_cmd(stub_repo.root, out, base="main~2", head="main~1"),
+        env=env,
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _wait_for_arms(proc)
+        repo = refs.open_repo(stub_repo.root)
+        in_use = sorted(p for p in refs.worktrees_dir(repo).iterdir() if p.is_dir())
+        assert len(in_use) == 2
+        monkeypatch.setattr(refs, "KEEP_WORKTREES", 1)
+        refs.ensure_worktree(repo, other)  # makes one, prunes all but the newest it may
+        refs.release()
+        clean = [sys.executable, "-m", "gates", "clean", "--repo", str(stub_repo.root)]
+        done = subprocess.run(clean, env=env, cwd=REPO, capture_output=True, text=True)
+        assert done.returncode == 2, done.stderr
+        assert "in use by a running gate run" in done.stderr
+        assert all(str(p) in done.stderr for p in in_use)
+        assert all((p / "engine" / "__main__.py").is_file() for p in in_use)
+    finally:
+        flag.unlink()
+    err = proc.communicate(timeout=120)[1].decode()
+    assert proc.returncode == 0, err
+    man = json.loads(next(out.glob("*.json")).read_text())
+    assert all(a["status"] == "ok" for a in man["arms"]), man["arms"]
+    done = subprocess.run(clean, env=env, cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert not Path(os.environ["GATES_CACHE"]).exists()
+
+
+def test_a_worktree_left_half_made_is_made_again(stub_repo):
+    """A run killed inside `git worktree add` leaves the worktree registered and locked
+    ("initializing"), its files half checked out or not there at all."""
+    repo = refs.open_repo(stub_repo.root)
+    sha = refs.resolve(repo, "main")
+    path = refs.ensure_worktree(repo, sha)
+    refs.release()
+    admin = Path(git(path, "rev-parse", "--git-dir"))
+    for lost in ("engine/__main__.py", None):
+        (admin / "locked").write_text("initializing")
+        if lost:
+            (path / lost).unlink()
+        else:
+            shutil.rmtree(path)
+        assert refs.ensure_worktree(repo, sha) == path
+        refs.release()
+        assert (path / "engine" / "__main__.py").is_file()
+        assert git(path, "status", "--porcelain") == ""
