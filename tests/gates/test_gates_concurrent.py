@@ -229,3 +229,35 @@ def test_a_worktree_left_half_made_is_made_again(stub_repo):
         refs.release()
         assert (path / "engine" / "__main__.py").is_file()
         assert git(path, "status", "--porcelain") == ""
+
+
+def test_a_run_killed_while_another_waits_for_its_arms(stub_repo, tmp_path):
+    """Run A is SIGKILLed while it holds the keys of hanging arms that run B waits for: the
+    kernel drops A's locks, B runs those arms itself and ends all ok, and so does a third."""
+    flag = tmp_path / "hang"
+    flag.write_text("")
+    stub_repo.commit("hangs while the flag file exists", HANG_KV="fp8", HANG_FILE=str(flag))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    a = subprocess.Popen(
+        gates_cmd(stub_repo.root, tmp_path / "a"),
+        env=env,
+        cwd=REPO,
+        start_new_session=True,
+        **quiet,
+    )
+    _wait_for_arms(a)
+    b = subprocess.Popen(gates_cmd(stub_repo.root, tmp_path / "b"), env=env, cwd=REPO, **quiet)
+    time.sleep(3)  # B has run what A does not hold and waits for the rest
+    assert b.poll() is None
+    os.killpg(a.pid, signal.SIGKILL)
+    a.wait(timeout=30)
+    time.sleep(1)
+    flag.unlink()
+    assert b.wait(timeout=120) == 0
+    man = json.loads(next((tmp_path / "b").glob("*.json")).read_text())
+    assert all(x["status"] == "ok" for x in man["arms"])
+    code, man, _ = run_gates(stub_repo)
+    assert code == 0
+    assert all(x["status"] == "ok" for x in man["arms"])
+    assert man["matrix"]["ran"] == 0  # all published by B
