@@ -114,7 +114,7 @@ def capabilities(worktree: Path, cache: Path, timeout: float = 120) -> tuple[dic
     if code is None:
         return None, f"`engine capabilities --json` timed out after {timeout:.0f}s"
     if code != 0:
-        return None, f"`engine capabilities --json` exited {code}: {tail(err, 300)}"
+        return None, f"`engine capabilities --json` exited {code}:\n{tail(err, 1200)}"
     try:
         caps = json.loads(out)
     except json.JSONDecodeError:

@@ -15,7 +15,7 @@ import jinja2
 from gates import EXIT_ARM_FAILED, EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, store
 from gates import prompts as prompts_mod
 from gates.checks.equality import describe_margin
-from gates.receipt.table import md_table
+from gates.receipt.table import bullet, fence, md_table
 from gates.speed import chart as speed_chart
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -258,10 +258,11 @@ def skipped(man: dict[str, Any]) -> list[str]:
     for a in man["arms"]:
         if a.get("status") in ("not_comparable", "refused"):
             groups.setdefault(a.get("reason", ""), []).append(a["id"])
-    out = [
-        f"not comparable: {why} ({len(ids)} arm{'s' * (len(ids) > 1)}, e.g. {ids[0]})"
-        for why, ids in groups.items()
-    ]
+    out = []
+    for why, ids in groups.items():
+        first, nl, rest = why.partition("\n")  # the count stays out of a fenced traceback
+        n = f"{len(ids)} arm{'s' * (len(ids) > 1)}, e.g. {ids[0]}"
+        out.append(f"not comparable: {first} ({n}){nl}{rest}")
     out += [f"skipped: {n}" for n in man.get("notes", [])]
     for g in man["gates"]:
         for e in g["entries"]:
@@ -331,6 +332,8 @@ def _env() -> jinja2.Environment:
     )
     env.filters["short"] = lambda s: (s or "")[:10]
     env.filters["duration"] = _duration
+    env.filters["bullet"] = bullet
+    env.filters["fence"] = fence
     return env
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from engine import knobs
@@ -33,7 +34,10 @@ FLAGS = [
 
 def capabilities() -> int:
     if knobs.FAIL_CAPABILITIES:
-        print("capabilities: broken", file=sys.stderr)
+        try:
+            raise RuntimeError("capabilities: broken")
+        except RuntimeError:
+            traceback.print_exc()  # a multi-line reason for the receipt
         return 3
     print(
         json.dumps(
@@ -83,6 +87,8 @@ def run(a: argparse.Namespace) -> int:
     if knobs.CRASH_KV and a.kv == knobs.CRASH_KV:
         print("Traceback: stub crash on kv " + a.kv, file=sys.stderr)
         return 3
+    if knobs.RAISE_KV and a.kv == knobs.RAISE_KV:
+        raise RuntimeError(f"stub raise on kv {a.kv}; a fence in the message:\n```\nstill stderr")
     if knobs.HANG_KV and a.kv == knobs.HANG_KV:
         while not knobs.HANG_FILE or Path(knobs.HANG_FILE).exists():
             time.sleep(0.05)

@@ -7,6 +7,7 @@ DRAFT_BUG = False  # True: a drafter changes tokens
 RESUME_BUG = False  # True: a request whose prompt prefix is cached changes tokens
 REFUSE_KV = ""  # a kv dtype `run` refuses as bad input (exit 2)
 CRASH_KV = ""  # a kv dtype on which `run` crashes (exit 3)
+RAISE_KV = ""  # a kv dtype on which `run` raises (a Python traceback, exit 1)
 HANG_KV = ""  # a kv dtype on which `run` hangs
 HANG_FILE = ""  # if set, HANG_KV hangs only while this file exists
 NO_KV = ()  # kv dtypes missing from capabilities
