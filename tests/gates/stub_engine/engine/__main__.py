@@ -81,6 +81,12 @@ def run(a: argparse.Namespace) -> int:
     ):
         print(f"error: --drafter {a.drafter}: needs --drafter-model REPLIES.jsonl", file=sys.stderr)
         return 2
+    if a.parallel > knobs.MAX_PARALLEL:
+        print(
+            f"error: --parallel: at most {knobs.MAX_PARALLEL} lanes, got {a.parallel}",
+            file=sys.stderr,
+        )
+        return 2
     if knobs.REFUSE_KV and a.kv == knobs.REFUSE_KV:
         print(f"error: --kv {a.kv}: not with this model", file=sys.stderr)
         return 2

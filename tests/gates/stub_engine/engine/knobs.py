@@ -5,6 +5,7 @@ BATCH_BUG = False  # True: concurrent runs (parallel > 1, not --serial) change t
 LEAK_PAGES = 0  # pages left in use at idle when paging is on
 DRAFT_BUG = False  # True: a drafter changes tokens
 RESUME_BUG = False  # True: a request whose prompt prefix is cached changes tokens
+MAX_PARALLEL = 64  # more lanes are refused as bad input (exit 2), as the real engine does
 REFUSE_KV = ""  # a kv dtype `run` refuses as bad input (exit 2)
 CRASH_KV = ""  # a kv dtype on which `run` crashes (exit 3)
 RAISE_KV = ""  # a kv dtype on which `run` raises (a Python traceback, exit 1)
