@@ -218,16 +218,13 @@ def _remove(repo: git.Repo, path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _remove_unused(repo: git.Repo | None, path: Path) -> bool:
+def _remove_unused(repo: git.Repo, path: Path) -> bool:
     """Remove a worktree no process holds (call with the repository's lock held)."""
     lock = path.with_name(f"{path.name}.lock")
     with open(lock, "a") as f:
         if not _try_exclusive(f):
             return False
-        if repo is not None:
-            _remove(repo, path)
-        else:
-            shutil.rmtree(path, ignore_errors=True)
+        _remove(repo, path)
         lock.unlink()
     return True
 
@@ -242,6 +239,7 @@ def _prune_old(repo: git.Repo, root: Path, keep: int) -> None:
 def clean(repo: git.Repo | None, everything: bool = True) -> list[str]:
     """Remove this repository's worktrees (and, with ``everything``, the whole cache), but
     none that a running gate run holds: BadInput names them, after the rest are removed."""
+    release()  # this process is done with its own
     removed: list[str] = []
     busy: list[str] = []
     if repo is not None:
