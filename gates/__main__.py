@@ -191,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ngates: interrupted; finished arms are kept in the cache", file=sys.stderr)
         return 130
+    finally:
+        from gates.refs import release
+
+        release()  # the worktrees this command used may be pruned by other runs now
 
 
 if __name__ == "__main__":

@@ -205,16 +205,20 @@ class ArmRunner:
             )
         progress = None if self.quiet else Progress(len(jobs), 0)
 
-        def done(job: ArmJob, result: dict[str, Any]) -> None:
-            result = {
-                **result,
-                "harness": HARNESS_VERSION,
-                "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            }
-            if result.get("status") == "ok":
-                self.st.put(job.key, result)  # at once: an interrupted run keeps it
+        def done(job: ArmJob, result: dict[str, Any], cached: bool) -> None:
+            if cached:  # another gate run on this cache ran it while we waited
+                for a in pending[job.key]:
+                    self.rows[a]["cached"] = True
+            else:
+                result = {
+                    **result,
+                    "harness": HARNESS_VERSION,
+                    "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                }
+                self.ran += 1
+                if result.get("status") == "ok":
+                    self.st.put(job.key, result)  # at once: an interrupted run keeps it
             for a in pending[job.key]:
                 self.results[a] = result
 
-        run_all(jobs, self.workers, done, progress, self.devices)
-        self.ran += len(jobs)
+        run_all(jobs, self.workers, done, progress, self.devices, self.st)

@@ -19,12 +19,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gates.contract import REPLY_KEYS, engine_args
+from gates.store import Store
 
 THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -113,7 +114,7 @@ def capabilities(worktree: Path, cache: Path, timeout: float = 120) -> tuple[dic
     if code is None:
         return None, f"`engine capabilities --json` timed out after {timeout:.0f}s"
     if code != 0:
-        return None, f"`engine capabilities --json` exited {code}: {tail(err, 300)}"
+        return None, f"`engine capabilities --json` exited {code}:\n{tail(err, 1200)}"
     try:
         caps = json.loads(out)
     except json.JSONDecodeError:
@@ -239,11 +240,14 @@ class Progress:
         self.t0 = time.monotonic()
         self.lock = threading.Lock()
 
-    def update(self, label: str, result: dict[str, Any]) -> None:
+    def update(self, label: str, result: dict[str, Any], cached: bool = False) -> None:
         with self.lock:
             self.done += 1
+            self.cached += cached
             self.crashed += result.get("status") != "ok"
             state = "ok" if result.get("status") == "ok" else "CRASHED"
+            if cached:
+                state = "ok (run by another gate run on this cache)"
             line = (
                 f"[gates] arms {self.done}/{self.total} done, {self.total - self.done} left"
                 f" ({self.cached} cached, {self.crashed} crashed, "
@@ -259,14 +263,33 @@ class Progress:
             self.stream.flush()
 
 
+def _started(job: ArmJob, live: set[subprocess.Popen], device: str | None) -> dict[str, Any]:
+    try:
+        return run_arm(job, live, device)
+    except Exception as e:  # noqa: BLE001 - a harness error must not lose other arms
+        return {
+            "status": "crashed",
+            "exit_code": None,
+            "wall_s": 0.0,
+            "reason": f"could not start the arm: {e!r}",
+            "stderr_tail": "",
+        }
+
+
 def run_all(
     jobs: list[ArmJob],
     workers: int,
-    on_done: Callable[[ArmJob, dict], None],
+    on_done: Callable[[ArmJob, dict, bool], None],
     progress: Progress | None = None,
     devices: list[str] | None = None,
+    st: Store | None = None,
 ) -> None:
-    """Run jobs in a pool; ``on_done`` is called (in a worker thread) as each one ends."""
+    """Run jobs in a pool; ``on_done(job, result, cached)`` is called (in a worker thread,
+    while the job's result key is claimed) as each one ends.
+
+    With a store, each job claims its result key first (``Store.claim``): a job another gate
+    run on this cache is running is put off to a second round, which waits for that run and
+    takes its published result (``cached``) or, if it published none, runs the arm."""
     if not jobs:
         return
     live: set[subprocess.Popen] = set()
@@ -277,29 +300,33 @@ def run_all(
             dev_q.put(d)
         workers = len(devices)
 
-    def work(job: ArmJob) -> None:
-        device = dev_q.get() if dev_q is not None else None
-        try:
-            try:
-                result = run_arm(job, live, device)
-            except Exception as e:  # noqa: BLE001 - a harness error must not lose other arms
-                result = {
-                    "status": "crashed",
-                    "exit_code": None,
-                    "wall_s": 0.0,
-                    "reason": f"could not start the arm: {e!r}",
-                    "stderr_tail": "",
-                }
-            on_done(job, result)
-            if progress:
-                progress.update(job.label, result)
-        finally:
-            if dev_q is not None and device is not None:
-                dev_q.put(device)
+    def work(job: ArmJob, wait: bool) -> bool:
+        """False: another run holds the job's key (only when not ``wait``)."""
+        with st.claim(job.key, wait) if st else contextlib.nullcontext(True) as held:
+            if not held:
+                return False
+            hit = st.get(job.key, must_have="replies") if st else None
+            cached = hit is not None and hit.get("status") == "ok"
+            if hit is not None and cached:
+                result = hit
+            else:
+                device = dev_q.get() if dev_q is not None else None
+                try:
+                    result = _started(job, live, device)
+                finally:
+                    if dev_q is not None and device is not None:
+                        dev_q.put(device)
+            on_done(job, result, cached)
+        if progress:
+            progress.update(job.label, result, cached)
+        return True
 
     pool = ThreadPoolExecutor(max_workers=max(1, workers))
-    futures = [pool.submit(work, j) for j in jobs]
+    futures: list[Future] = []
     try:
+        futures = [pool.submit(work, j, False) for j in jobs]
+        taken = [j for j, f in zip(jobs, futures, strict=True) if not f.result()]
+        futures = [pool.submit(work, j, True) for j in taken]
         for f in as_completed(futures):
             f.result()
     except BaseException:

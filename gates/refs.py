@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import git
 
@@ -128,13 +129,38 @@ def merge_base(repo: git.Repo, a: str, b: str) -> str | None:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    """An exclusive flock on ``path``; retried if the file was unlinked (``clean``) while
+    this process waited, so two processes never each hold a lock on another file."""
+    while True:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                same = os.stat(path).st_ino == os.fstat(f.fileno()).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                try:
+                    yield
+                finally:
+                    fcntl.flock(f, fcntl.LOCK_UN)
+                return
+
+
+# Worktree locks. Each worktree ``<sha>`` has a lock file ``<sha>.lock`` beside it. A process
+# that uses the worktree holds a shared flock on it until it calls ``release`` or exits (the
+# kernel drops the flocks of a killed process). An exclusive flock (to make, repair or remove
+# the worktree) is only ever tried while holding the repository's lock (``<repo id>.lock``),
+# so the lock files may be made and unlinked under it without racing.
+_HELD: dict[Path, IO[str]] = {}
+
+
+def _try_exclusive(f: IO[str]) -> bool:
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def worktrees_dir(repo: git.Repo) -> Path:
@@ -142,23 +168,47 @@ def worktrees_dir(repo: git.Repo) -> Path:
 
 
 def ensure_worktree(repo: git.Repo, sha: str) -> Path:
-    """A detached worktree of ``sha`` in the cache, made once and reused."""
+    """A detached worktree of ``sha`` in the cache, made once and reused, and held (shared)
+    by this process until ``release``: no other gate run removes it meanwhile."""
     root = worktrees_dir(repo)
     path = root / sha
+    if path in _HELD:
+        return path
     with _locked(root.with_suffix(".lock")):
-        if path.exists():
-            try:
-                wt = git.Repo(path)
-                if wt.head.commit.hexsha == sha and not wt.is_dirty(untracked_files=True):
-                    os.utime(path)
-                    return path
-            except (git.InvalidGitRepositoryError, git.NoSuchPathError, ValueError):
-                pass
-            _remove(repo, path)
-        repo.git.worktree("prune")
-        repo.git.worktree("add", "--detach", "--force", str(path), sha)
-        _prune_old(repo, root, keep=KEEP_WORKTREES)
+        root.mkdir(parents=True, exist_ok=True)
+        f = open(root / f"{sha}.lock", "a")  # noqa: SIM115 - held past this function
+        try:
+            if _try_exclusive(f):  # no other run uses it: make or repair it, then share
+                _make(repo, path, sha)
+                _prune_old(repo, root, keep=KEEP_WORKTREES)
+            fcntl.flock(f, fcntl.LOCK_SH)  # another run uses it: it is whole, share it
+        except BaseException:
+            f.close()
+            raise
+    _HELD[path] = f
+    with contextlib.suppress(OSError):
+        os.utime(path)
     return path
+
+
+def release() -> None:
+    """Let other gate runs prune or remove the worktrees this process used."""
+    while _HELD:
+        _HELD.popitem()[1].close()
+
+
+def _make(repo: git.Repo, path: Path, sha: str) -> None:
+    if path.exists():
+        try:
+            wt = git.Repo(path)
+            if wt.head.commit.hexsha == sha and not wt.is_dirty(untracked_files=True):
+                return
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError, ValueError):
+            pass
+        _remove(repo, path)
+    repo.git.worktree("prune")
+    # --force twice: a run killed inside `worktree add` leaves the path registered and locked
+    repo.git.worktree("add", "--detach", "--force", "--force", str(path), sha)
 
 
 def _remove(repo: git.Repo, path: Path) -> None:
@@ -168,27 +218,54 @@ def _remove(repo: git.Repo, path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _remove_unused(repo: git.Repo, path: Path) -> bool:
+    """Remove a worktree no process holds (call with the repository's lock held)."""
+    lock = path.with_name(f"{path.name}.lock")
+    with open(lock, "a") as f:
+        if not _try_exclusive(f):
+            return False
+        _remove(repo, path)
+        lock.unlink()
+    return True
+
+
 def _prune_old(repo: git.Repo, root: Path, keep: int) -> None:
     trees = sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
     for p in trees[:-keep] if len(trees) > keep else []:
-        _remove(repo, p)
+        _remove_unused(repo, p)
     repo.git.worktree("prune")
 
 
 def clean(repo: git.Repo | None, everything: bool = True) -> list[str]:
-    """Remove this repository's worktrees (and, with ``everything``, the whole cache)."""
+    """Remove this repository's worktrees (and, with ``everything``, the whole cache), but
+    none that a running gate run holds: BadInput names them, after the rest are removed."""
+    release()  # this process is done with its own
     removed: list[str] = []
+    busy: list[str] = []
     if repo is not None:
         root = worktrees_dir(repo)
         if root.exists():
             with _locked(root.with_suffix(".lock")):
-                for p in sorted(root.iterdir()):
-                    if p.is_dir():
-                        _remove(repo, p)
-                        removed.append(str(p))
+                for p in sorted(q for q in root.iterdir() if q.is_dir()):
+                    (removed if _remove_unused(repo, p) else busy).append(str(p))
                 repo.git.worktree("prune")
     cache = cache_root()
-    if everything and cache.exists():
-        shutil.rmtree(cache, ignore_errors=True)
-        removed.append(str(cache))
+    if everything and cache.exists() and not busy:
+        with contextlib.ExitStack() as held:  # every worktree lock, so none is taken meanwhile
+            for lock in sorted((cache / "worktrees").glob("*.lock")):
+                held.enter_context(_locked(lock))
+                trees = sorted(q for q in lock.with_suffix("").glob("*") if q.is_dir())
+                for tree in trees:
+                    f = held.enter_context(open(tree.with_name(f"{tree.name}.lock"), "a"))
+                    if not _try_exclusive(f):
+                        busy.append(str(tree))
+            if not busy:
+                shutil.rmtree(cache, ignore_errors=True)
+                removed.append(str(cache))
+    if busy:
+        raise BadInput(
+            f"{len(busy)} worktree(s) in use by a running gate run, kept: {', '.join(busy)}"
+            + (f"; {cache} kept" if everything else "")
+            + "; run clean again when it ends"
+        )
     return removed

@@ -9,12 +9,14 @@ because each result is written (atomically) as soon as its arm ends.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import platform
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -170,9 +172,38 @@ class Store:
         return None
 
     def put(self, key: str, value: dict[str, Any]) -> None:
+        """Publish a result: written to a temporary file, then renamed over the entry, so a
+        reader (another run, or the next one after a kill) sees all of it or nothing."""
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump(value, f)
-        os.replace(tmp, path)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(value, f)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    @contextlib.contextmanager
+    def claim(self, key: str, wait: bool) -> Iterator[bool]:
+        """Hold the lock of one result key (an flock, so a killed holder releases it) while
+        its arm runs and its result is published; another run of the same arm on this cache
+        waits for it (``wait``) or is told it is taken (yields False) and does other work.
+        With the store disabled (--no-cache) there is nothing to share: always yields True."""
+        if not self.enabled:
+            yield True
+            return
+        path = self._path(key).with_suffix(".lock")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)

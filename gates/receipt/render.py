@@ -7,6 +7,7 @@ a receipt again from its JSON alone.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ import jinja2
 from gates import EXIT_ARM_FAILED, EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, store
 from gates import prompts as prompts_mod
 from gates.checks.equality import describe_margin
-from gates.receipt.table import md_table
+from gates.receipt.lists import ARM_CHECKS, crashed, notices, skipped
+from gates.receipt.table import bullet, fence, md_table
 from gates.speed import chart as speed_chart
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -53,9 +55,6 @@ def verdict(man: dict[str, Any]) -> tuple[str, int]:
         return "⚠️ nothing could be compared", EXIT_ARM_FAILED
     extra = f" ({len(nc)} arm{'s' * (len(nc) > 1)} not comparable)" if nc else ""
     return f"✅ all hold{extra}", EXIT_OK
-
-
-ARM_CHECKS = ("resource", "schedule", "schedule_across_commits", "acceptance_across_commits")
 
 
 def cell_text(kind: str, cell: dict[str, Any] | None) -> str:
@@ -252,64 +251,6 @@ def speed_table(speed: dict[str, Any] | None) -> str:
     return speed_chart.table(speed)
 
 
-def skipped(man: dict[str, Any]) -> list[str]:
-    """Not comparable arms grouped by reason, notes of the plan, requests left out."""
-    groups: dict[str, list[str]] = {}
-    for a in man["arms"]:
-        if a.get("status") in ("not_comparable", "refused"):
-            groups.setdefault(a.get("reason", ""), []).append(a["id"])
-    out = [
-        f"not comparable: {why} ({len(ids)} arm{'s' * (len(ids) > 1)}, e.g. {ids[0]})"
-        for why, ids in groups.items()
-    ]
-    out += [f"skipped: {n}" for n in man.get("notes", [])]
-    for g in man["gates"]:
-        for e in g["entries"]:
-            for s in e.get("skipped", []):
-                out.append(f"left out of {g['name']}: request `{s['id']}` — {s['reason']}")
-            if (
-                e["status"] == "not_comparable"
-                and g["kind"] in ARM_CHECKS
-                and "stderr_tail" not in e  # the arms ran; a metric or trace is missing
-            ):
-                out.append(f"{g['name']}: {e['arm']}: {e['reason']}")
-    sp = man.get("speed")
-    if sp and sp.get("status") == "not_comparable":
-        out.append(f"speed not comparable: {sp.get('reason')}")
-    return list(dict.fromkeys(out))
-
-
-def notices(man: dict[str, Any]) -> list[str]:
-    """What changed without failing a gate (a schedule that moved within its budgets)."""
-    out = []
-    for g in man["gates"]:
-        for e in g["entries"]:
-            if e.get("notice"):
-                out.append(f"{g['name']} · `{e['arm']}`: {e['notice']}")
-    return out
-
-
-def crashed(man: dict[str, Any]) -> list[dict[str, Any]]:
-    """Crashed arms grouped by reason and stderr: one record per group."""
-    groups: dict[tuple[str, str], dict[str, Any]] = {}
-    for a in man["arms"]:
-        if a.get("status") != "crashed":
-            continue
-        g = groups.setdefault(
-            (a.get("reason", ""), a.get("stderr_tail", "")),
-            {"reason": a.get("reason", ""), "stderr_tail": a.get("stderr_tail", ""), "ids": []},
-        )
-        g["ids"].append(a["id"])
-    for gate in man["gates"]:  # an arm refused on one commit that the other one ran
-        for e in gate["entries"]:
-            if e["status"] == "could_not_run" and "(the other commit ran it)" in e["reason"]:
-                arm_id, _, why = e["reason"].partition(" — ")
-                g = groups.setdefault((why, ""), {"reason": why, "stderr_tail": "", "ids": []})
-                if arm_id not in g["ids"]:
-                    g["ids"].append(arm_id)
-    return list(groups.values())
-
-
 def machine_line(man: dict[str, Any]) -> str:
     mc = man["machine"]
     pk = mc.get("packages", {})
@@ -331,6 +272,9 @@ def _env() -> jinja2.Environment:
     )
     env.filters["short"] = lambda s: (s or "")[:10]
     env.filters["duration"] = _duration
+    env.filters["bullet"] = bullet
+    env.filters["fence"] = fence
+    env.filters["capped"] = lambda items, cap: items if cap is None else items[:cap]
     return env
 
 
@@ -342,8 +286,10 @@ def _duration(s: float) -> str:
 MAX_MARKDOWN = 60_000  # GitHub refuses a PR body or comment over 65,536 characters
 
 
-def markdown(man: dict[str, Any], details: bool = True) -> str:
-    """The receipt. ``details``: with every comparison and per-arm data."""
+def markdown(man: dict[str, Any], details: bool = True, cap: int | None = None) -> str:
+    """The receipt. ``details``: with every comparison and per-arm data. ``cap``: at most
+    this many items in each list (failing arms of a gate, crashes, skipped), the rest
+    counted and left to the full report."""
     return (
         _env()
         .get_template("receipt.md.j2")
@@ -361,6 +307,7 @@ def markdown(man: dict[str, Any], details: bool = True) -> str:
             arms_table=arms_table(man),
             machine=machine_line(man),
             details=details,
+            cap=cap,
             stem=file_stem(man),
         )
     )
@@ -372,6 +319,9 @@ def file_stem(man: dict[str, Any]) -> str:
     return f"{man['base']['sha'][:10]}..{man['head']['sha'][:10]}.{name}"
 
 
+CAPS = (12, 4, 1)  # list lengths tried, longest first, until the receipt fits
+
+
 def write(man: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     md, js = out_dir / f"{file_stem(man)}.md", out_dir / f"{file_stem(man)}.json"
@@ -381,13 +331,27 @@ def write(man: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     if len(text) > MAX_MARKDOWN:  # the details go to a full report beside it
         store.write_atomic(full, text)
         text = markdown(man, details=False)
+        for cap in CAPS:
+            if len(text) <= MAX_MARKDOWN:
+                break
+            text = markdown(man, details=False, cap=cap)
         if len(text) > MAX_MARKDOWN:
-            cut = text.rfind("\n", 0, MAX_MARKDOWN - 200)
-            text = text[:cut] + f"\n\n… cut at {MAX_MARKDOWN} characters: see `{full.name}`\n"
+            text = _cut(text, full.name)
     elif full.exists():
         full.unlink()
     store.write_atomic(md, text)
     return md, js
+
+
+def _cut(text: str, full_name: str) -> str:
+    """The last resort: cut at a line, closing a fence or <details> left open."""
+    cut = text.rfind("\n", 0, MAX_MARKDOWN - 300)
+    head = text[:cut]
+    fences = re.findall(r"(?m)^( *`{3,})[ \t]*$", head)
+    closing = f"\n{fences[-1]}" if len(fences) % 2 else ""
+    opened = head.count("<details>") - head.count("</details>")
+    closing += "\n\n</details>" * max(0, opened)
+    return f"{head}{closing}\n\n… cut at {MAX_MARKDOWN} characters: see `{full_name}`\n"
 
 
 def summary(man: dict[str, Any], md_path: Path | None = None) -> str:

@@ -268,3 +268,11 @@ def test_bad_bytes_and_outputs_are_one_line_errors(tmp_path: Path, capsys) -> No
     code = main(["run", "--model", str(TINY), "--requests", str(good),
                  "--out", str(tmp_path / "o.jsonl"), "--share", "nan"])  # fmt: skip
     assert "--share" in one_line_error(capsys, code)
+
+
+def test_generate_refuses_a_temperature_that_is_not_a_finite_number_from_0(capsys) -> None:
+    """Issue 10: `generate --temperature -1` sampled silently (exit 0)."""
+    for value in ("-1", "nan", "inf"):
+        code = main(["generate", "--model", str(TINY), "--prompt", "hi",
+                     "--max-tokens", "2", "--temperature", value])  # fmt: skip
+        assert "--temperature" in one_line_error(capsys, code), value

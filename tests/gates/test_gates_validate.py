@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -64,26 +65,48 @@ def test_an_axis_value_refused_on_both_commits_is_named(tmp_path):
     assert validate.values_run_nowhere(m, arms) == []
 
 
-def test_run_with_a_kv_typo_exits_2(stub_repo, capsys):
+@pytest.mark.parametrize(
+    ("old", "new", "named"),
+    [
+        ("kv: [bf16, fp8]", "kv: [bf16, fp4]", "axes.kv[1]: expected a kv"),
+        ("parallel: [4]", "parallel: [1, 100]", "axes.parallel: 100 ran on neither commit"),
+        ("paging: [on]", "paging: [on]\n  drafter: [none, warp]", "axes.drafter[1]: expected"),
+        (
+            "across_commits: {}",
+            "across_commits: {}\n    where: {kv: fp4}",
+            "gates[0].where.kv[0]: expected a kv",
+        ),
+    ],
+)
+def test_a_matrix_typo_is_exit_2_naming_file_and_key(stub_repo, capsys, old, new, named):
+    """Each matrix typo of issue 10 through `gates run`: exit 2 (it was 0 or 3), one line
+    naming the matrix file and the key."""
     bad = stub_repo.root / "matrices" / "typo.yaml"
     text = (stub_repo.root / "matrices" / "small.yaml").read_text()
-    bad.write_text(text.replace("kv: [bf16, fp8]", "kv: [bf16, fp4]"))
+    assert old in text
+    bad.write_text(text.replace(old, new, 1))
     stub_repo.commit("head", OUTPUT_SALT="")
-    code, _, _ = run_gates(stub_repo, matrix="matrices/typo.yaml")
-    assert code == 2
-    assert "fp4" in capsys.readouterr().err
+    code, _, md = run_gates(stub_repo, matrix="matrices/typo.yaml")
+    err = capsys.readouterr().err
+    assert code == 2, (err, md[:300])
+    assert f"{bad}: {named}" in err + md, err
 
 
-def test_an_out_folder_that_cannot_hold_a_receipt_fails_before_any_arm(stub_repo, capsys):
+@pytest.mark.parametrize("where", ["a-file/x", "/proc/x"])
+def test_an_out_folder_that_cannot_hold_a_receipt_fails_before_any_arm(stub_repo, capsys, where):
     from gates.__main__ import main
 
-    blocker = stub_repo.root / "a-file"
-    blocker.write_text("")
+    if where.startswith("/proc") and not Path("/proc/self").is_dir():
+        pytest.skip("no /proc here")
+    (stub_repo.root / "a-file").write_text("")
+    out = where if where.startswith("/") else str(stub_repo.root / where)
     repo = str(stub_repo.root)
     argv = ["run", "--repo", repo, "--base", "main", "--head", "main", "--matrix"]
-    code = main([*argv, "matrices/small.yaml", "--quiet", "--out", str(blocker / "x")])
+    code = main([*argv, "matrices/small.yaml", "--quiet", "--out", out])
+    err = capsys.readouterr().err
     assert code == 2
-    assert "--out" in capsys.readouterr().err
+    assert err.startswith(f"gates: error: --out {out}: cannot write") and err.count("\n") == 1
+    assert not (Path(os.environ["GATES_CACHE"]) / "runs").exists()  # no arm ran
 
 
 def test_a_receipt_stays_under_githubs_comment_size(stub_repo, tmp_path):

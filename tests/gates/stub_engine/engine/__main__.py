@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from engine import knobs
@@ -33,7 +34,10 @@ FLAGS = [
 
 def capabilities() -> int:
     if knobs.FAIL_CAPABILITIES:
-        print("capabilities: broken", file=sys.stderr)
+        try:
+            raise RuntimeError("capabilities: broken")
+        except RuntimeError:
+            traceback.print_exc()  # a multi-line reason for the receipt
         return 3
     print(
         json.dumps(
@@ -77,12 +81,20 @@ def run(a: argparse.Namespace) -> int:
     ):
         print(f"error: --drafter {a.drafter}: needs --drafter-model REPLIES.jsonl", file=sys.stderr)
         return 2
+    if a.parallel > knobs.MAX_PARALLEL:
+        print(
+            f"error: --parallel: at most {knobs.MAX_PARALLEL} lanes, got {a.parallel}",
+            file=sys.stderr,
+        )
+        return 2
     if knobs.REFUSE_KV and a.kv == knobs.REFUSE_KV:
         print(f"error: --kv {a.kv}: not with this model", file=sys.stderr)
         return 2
     if knobs.CRASH_KV and a.kv == knobs.CRASH_KV:
         print("Traceback: stub crash on kv " + a.kv, file=sys.stderr)
         return 3
+    if knobs.RAISE_KV and a.kv == knobs.RAISE_KV:
+        raise RuntimeError(f"stub raise on kv {a.kv}; a fence in the message:\n```\nstill stderr")
     if knobs.HANG_KV and a.kv == knobs.HANG_KV:
         while not knobs.HANG_FILE or Path(knobs.HANG_FILE).exists():
             time.sleep(0.05)
