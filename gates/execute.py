@@ -136,6 +136,7 @@ class ArmJob:
     env: dict[str, str] = field(default_factory=dict)
     extra_args: list[str] = field(default_factory=list)
     trace: bool = False  # the engine writes a schedule trace (--trace, contract 2)
+    runner: Callable[..., dict[str, Any]] | None = None  # None: run_arm (`engine run`)
 
 
 def run_arm(
@@ -281,7 +282,7 @@ def run_all(
         device = dev_q.get() if dev_q is not None else None
         try:
             try:
-                result = run_arm(job, live, device)
+                result = (job.runner or run_arm)(job, live, device)
             except Exception as e:  # noqa: BLE001 - a harness error must not lose other arms
                 result = {
                     "status": "crashed",
