@@ -14,6 +14,7 @@ stream after N tokens. The engine's own request fields go in ``extra_body``.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import re
 import shutil
@@ -235,6 +236,13 @@ def run_served(
     wd.mkdir(parents=True)
     err = wd / "stderr.txt"
     lines = [json.loads(ln) for ln in job.requests.decode().splitlines() if ln.strip()]
+    if importlib.util.find_spec("openai") is None:
+        return {
+            "status": "crashed",
+            "wall_s": 0.0,
+            "stderr_tail": "",
+            "reason": "the gate runner has no openai package (pip install 'openai>=1.40')",
+        }
     t0 = time.monotonic()
     proc, base, shown = _start(job, err, live, device)
     result: dict[str, Any] = {"status": "crashed", "argv": shown, "device": device}
