@@ -14,6 +14,8 @@ from typing import Any
 from gates import prompts as prompts_mod
 from gates.matrix import Gate, Matrix, column_axis
 
+COMPARING = ("across_commits", "within_commit", "resumed", "served")  # rules of Comparisons
+
 
 @dataclass(frozen=True)
 class Arm:
@@ -193,12 +195,7 @@ def build(m: Matrix, prompt_sets: dict[str, list[dict[str, Any]]]) -> Plan:
         else:
             resource_gates.append(gate)
             continue
-        if len(plan.comparisons) == before and gate.kind in (
-            "across_commits",
-            "within_commit",
-            "resumed",
-            "served",
-        ):
+        if len(plan.comparisons) == before and gate.kind in COMPARING:
             plan.notes.append(
                 f"{gate.name}: no matrix point matches this rule"
                 + (
