@@ -60,7 +60,7 @@ SUBCOMMANDS = ("run", "lean", "show", "selftest", "clean")
 @nox.session
 def gates(session: nox.Session) -> None:
     """Run the gate matrix between two commits and write a receipt (receipts/)."""
-    session.install("-e", ".")
+    session.install("-e", ".", "openai>=1.40")  # served arms drive `engine serve` with it
     args = list(session.posargs)
     if not args or args[0] not in SUBCOMMANDS:
         args = ["run", *args]

@@ -15,12 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gates import HARNESS_VERSION, prompts, refs, store
-from gates.contract import missing, request_keys, writes_trace
+from gates import HARNESS_VERSION, prompts, refs, served, store
+from gates.contract import TRUTH_DRAFTERS, missing, request_keys, writes_trace
 from gates.execute import ArmJob, Progress, base_env, run_all
 from gates.plan import Arm, canonical
-
-TRUTH_DRAFTERS = ("oracle", "noisy")
 
 
 def scratch(cache: Path, key: str) -> Path:
@@ -140,13 +138,18 @@ class ArmRunner:
         known = request_keys(caps)
         for r in prompts.requests_for(self.sets[cfg["prompts"]], cfg["max_tokens"], cfg["resumed"]):
             unknown = sorted(set(r) - known)
+            why = served.unservable(r, caps.get("serve") or {}) if cfg.get("served") else None
             if unknown:  # an older engine would ignore the key and answer another request
                 dropped[r["id"]] = f"the {arm.side} engine has no request key {unknown[0]}"
+            elif why:
+                dropped[r["id"]] = f"served: {why}"
             else:
                 lines.append(r)
         if dropped:
             row["dropped"] = dropped
         data = prompts.encode(lines)
+        if cfg.get("served"):
+            key_cfg["served_client"] = served.CLIENT_VERSION
         env = base_env(side.worktree, cfg["backend"], cfg["flags"], self.cache)
         key_env = {
             k: env[k] for k in sorted(env) if k.startswith("ENGINE_") or k == "OMP_NUM_THREADS"
@@ -184,6 +187,7 @@ class ArmRunner:
                     env=env,
                     extra_args=extra,
                     trace=writes_trace(caps),
+                    runner=served.run_served if cfg.get("served") else None,
                 )
             )
         pending.setdefault(key, []).append(arm)

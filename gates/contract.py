@@ -23,6 +23,10 @@ REPLY_KEYS = (
     "embedding",
 )
 
+# What a served arm needs in every choice and chunk of `engine serve` (contract 3).
+SERVE_CHOICE_KEYS = ("token_ids", "margins", "logit_hashes")
+TRUTH_DRAFTERS = ("oracle", "noisy")  # test drafters fed a plain run's replies by request id
+
 
 def engine_args(c: dict[str, Any]) -> list[str]:
     """Engine flags of an arm config; contract defaults are left out so old engines run."""
@@ -110,4 +114,20 @@ def missing(caps: dict[str, Any], c: dict[str, Any]) -> str | None:
     for name in c["flags"]:
         if not listed("env_flags", name):
             return f"no engine flag {name}"
+    return serve_missing(caps, c) if c.get("served") else None
+
+
+def serve_missing(caps: dict[str, Any], c: dict[str, Any]) -> str | None:
+    """Why ``engine serve`` of an engine with ``caps`` cannot run served config ``c``."""
+    serve = caps.get("serve")
+    if not isinstance(serve, dict):
+        return "no served API that returns token ids and their bits (contract 3: serve)"
+    keys = serve.get("choice_keys")
+    lack = [k for k in SERVE_CHOICE_KEYS if not (isinstance(keys, list) and k in keys)]
+    if lack:
+        return f"a server that returns no {', '.join(lack)}"
+    if not serve.get("port_zero"):
+        return "a server that cannot pick a free port (--port 0)"
+    if c["drafter"] in TRUTH_DRAFTERS:
+        return f"no served {c['drafter']} drafter (the server names its requests itself)"
     return None

@@ -23,6 +23,11 @@ def pair_names(a: Arm, b: Arm) -> tuple[str, str]:
     if a.side != b.side:
         return a.side, b.side
     ca, cb = a.config, b.config
+    if ca.get("served") != cb.get("served"):
+        return (
+            f"served {ca['served']}" if ca.get("served") else "offline",
+            f"served {cb['served']}" if cb.get("served") else "offline",
+        )
     if ca.get("resumed") != cb.get("resumed"):
         return (
             "resumed" if ca.get("resumed") else "cold",

@@ -137,6 +137,7 @@ class ArmJob:
     env: dict[str, str] = field(default_factory=dict)
     extra_args: list[str] = field(default_factory=list)
     trace: bool = False  # the engine writes a schedule trace (--trace, contract 2)
+    runner: Callable[..., dict[str, Any]] | None = None  # None: run_arm (`engine run`)
 
 
 def run_arm(
@@ -265,7 +266,7 @@ class Progress:
 
 def _started(job: ArmJob, live: set[subprocess.Popen], device: str | None) -> dict[str, Any]:
     try:
-        return run_arm(job, live, device)
+        return (job.runner or run_arm)(job, live, device)
     except Exception as e:  # noqa: BLE001 - a harness error must not lose other arms
         return {
             "status": "crashed",

@@ -14,6 +14,8 @@ from typing import Any
 from gates import prompts as prompts_mod
 from gates.matrix import Gate, Matrix, column_axis
 
+COMPARING = ("across_commits", "within_commit", "resumed", "served")  # rules of Comparisons
+
 
 @dataclass(frozen=True)
 class Arm:
@@ -107,6 +109,8 @@ def label(c: dict[str, Any], hide: dict[str, Any] | None = None) -> str:
     parts.append(f"paging={c['paging']}")
     if c["drafter"] != "none":
         parts.append(f"drafter={c['drafter']}")
+    if c.get("served"):
+        parts.append(f"served={c['served']}")
     if c.get("share") is not None:
         parts.append(f"share={c['share']:g}")
     parts.extend(f"{k}={v}" for k, v in c["flags"].items())
@@ -145,7 +149,8 @@ def _column(m: Matrix, point: dict[str, Any]) -> str:
 
 def _points(m: Matrix, gate: Gate) -> list[dict[str, Any]]:
     where = dict(gate.where)
-    if gate.kind.endswith("across_commits") and "flags" not in where:
+    across = gate.kind.endswith("across_commits") or gate.against == "main"
+    if across and "flags" not in where:
         where["flags"] = [{}]  # "flags unset == main": compare with the new flags left off
     return [p for p in m.points() if _matches(p, where)]
 
@@ -171,6 +176,8 @@ def build(m: Matrix, prompt_sets: dict[str, list[dict[str, Any]]]) -> Plan:
             _within(m, gate, points, plan)
         elif gate.kind in ("schedule", "schedule_across_commits", "acceptance_across_commits"):
             _behaviour(m, gate, points, plan)
+        elif gate.kind == "served":
+            _served(m, gate, points, plan)
         elif gate.kind == "resumed":
             for side in gate.sides:
                 seen: set[tuple[str, str]] = set()
@@ -188,11 +195,7 @@ def build(m: Matrix, prompt_sets: dict[str, list[dict[str, Any]]]) -> Plan:
         else:
             resource_gates.append(gate)
             continue
-        if len(plan.comparisons) == before and gate.kind in (
-            "across_commits",
-            "within_commit",
-            "resumed",
-        ):
+        if len(plan.comparisons) == before and gate.kind in COMPARING:
             plan.notes.append(
                 f"{gate.name}: no matrix point matches this rule"
                 + (
@@ -274,3 +277,27 @@ def _within(m: Matrix, gate: Gate, points: list[dict[str, Any]], plan: Plan) -> 
                 seen.add((side, a.config_json, b.config_json))
                 a, b = plan.add(a), plan.add(b)
                 plan.comparisons.append(Comparison(gate.name, _column(m, v), a, b))
+
+
+def _served(m: Matrix, gate: Gate, points: list[dict[str, Any]], plan: Plan) -> None:
+    """Served arms (`engine serve` driven through the openai client, gates/served.py) of
+    each point, with the rule's lanes, against `engine run` of the same commit and flags
+    (offline), the same served arm on base (main), or one client at a time on one lane
+    (solo: the point's serial arm, served)."""
+    seen: set[tuple[Arm, Arm]] = set()
+    for p in points:
+        point = {**p, **gate.override}
+        for mode in gate.served:
+            served = canonical({**_config(m, point), "served": mode})
+            if gate.against == "main":
+                pairs = [(Arm("base", served), Arm("head", served))]
+            else:
+                ref = _config(m, point, serial=gate.against == "solo")
+                if gate.against == "solo":
+                    ref["served"] = mode
+                pairs = [(Arm(s, canonical(ref)), Arm(s, served)) for s in gate.sides]
+            for a, b in pairs:
+                if (a, b) not in seen:
+                    seen.add((a, b))
+                    a, b = plan.add(a), plan.add(b)
+                    plan.comparisons.append(Comparison(gate.name, _column(m, point), a, b))

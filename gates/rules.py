@@ -16,8 +16,18 @@ GATE_KINDS = (
     "schedule",
     "schedule_across_commits",
     "acceptance_across_commits",
+    "served",
 )
-RESOURCE_LIMITS = ("pages_in_use", "unplanned_allocations", "drafter_states")
+# live_streams, waiting_streams: busy lanes and queued requests, reported by served arms only
+RESOURCE_LIMITS = (
+    "pages_in_use",
+    "unplanned_allocations",
+    "drafter_states",
+    "live_streams",
+    "waiting_streams",
+)
+SERVED_MODES = {True: "stream", False: "plain"}  # `stream:` of a served rule -> arm value
+SERVED_AGAINST = ("offline", "main", "solo")
 SCHEDULE_METRICS = (
     "max_decode_gap_rounds",
     "short_ttft_rounds",
@@ -45,6 +55,8 @@ class Gate:
     worse_by: float = 0.0  # schedule_across_commits: allowed increase of each metric
     drafters: tuple[str, ...] = ()  # acceptance_across_commits
     max_drop: float = 0.0  # acceptance_across_commits: allowed drop of accepted/drafted
+    served: tuple[str, ...] = ()  # served: "stream" and/or "plain" (the arms' API mode)
+    against: str = ""  # served: what a served arm must equal (SERVED_AGAINST)
 
 
 def _where(path: Path, key: str, raw: Any) -> dict[str, list[Any]]:
@@ -99,6 +111,8 @@ def parse_gate(path: Path, i: int, raw: Any) -> Gate:
         return Gate(name, kind, where, SIDES)
     if kind in ("schedule", "schedule_across_commits", "acceptance_across_commits"):
         return _behaviour_gate(path, bkey, name, kind, where, body)
+    if kind == "served":
+        return _served_gate(path, bkey, name, where, body)
     allowed = {
         "within_commit": {"vary", "reference", "values", "commits"},
         "resumed": {"commits"},
@@ -183,3 +197,30 @@ def _behaviour_gate(
     return Gate(
         name, kind, where, SIDES, override=override, metrics=tuple(metrics), worse_by=worse_by
     )
+
+
+def _served_gate(
+    path: Path, bkey: str, name: str, where: dict[str, Any], body: dict[str, Any]
+) -> Gate:
+    """served: {stream: true|false|[true, false], against: offline|main|solo, parallel?,
+    commits?}: arms that drive `engine serve` through the openai client (gates/served.py)."""
+    allowed = {"stream", "against", "parallel", "commits"}
+    for k in body:
+        if k not in allowed:
+            raise fail(path, f"{bkey}.{k}", f"one of {', '.join(sorted(allowed))}", k)
+    raw = body.get("stream", True)
+    vals = raw if isinstance(raw, list) else [raw]
+    if not vals or any(not isinstance(v, bool) for v in vals):
+        raise fail(path, f"{bkey}.stream", "true, false or a list of them", raw)
+    against = body.get("against", "offline")
+    if against not in SERVED_AGAINST:
+        raise fail(path, f"{bkey}.against", f"one of {', '.join(SERVED_AGAINST)}", against)
+    override = {}
+    if "parallel" in body:
+        override["parallel"] = norm_value(path, f"{bkey}.parallel", "parallel", body["parallel"])
+    default_sides = SIDES if against == "main" else ("head",)
+    sides = _sides(path, f"{bkey}.commits", body.get("commits"), default_sides)
+    if against == "main" and "commits" in body:
+        raise fail(path, f"{bkey}.commits", "no commits (against: main compares both)", sides)
+    modes = tuple(dict.fromkeys(SERVED_MODES[v] for v in vals))
+    return Gate(name, "served", where, sides, override=override, served=modes, against=against)

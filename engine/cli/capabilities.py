@@ -8,7 +8,28 @@ import json
 from engine.config import DRAFTERS
 from engine.kv.codec import KV_DTYPES
 
-CONTRACT_VERSION = 2  # 2: logit_hashes, cancel_after_rows, --virtual-clock, --trace
+# 2: logit_hashes, cancel_after_rows, --virtual-clock, --trace
+# 3: "serve": what `engine serve` reads and returns (margins and logit_hashes per token)
+CONTRACT_VERSION = 3
+
+
+def serve_capabilities() -> dict:
+    from engine.serve import openai, worker
+
+    return {
+        "endpoints": [
+            "/v1/completions",
+            "/v1/chat/completions",
+            "/v1/models",
+            "/metrics",
+            "/health",
+        ],
+        "request_keys": list(openai.REQUEST_KEYS),
+        "choice_keys": list(openai.CHOICE_KEYS),
+        "reply_keys": list(openai.REPLY_KEYS),
+        "metrics_keys": list(worker.METRICS_KEYS),
+        "port_zero": True,
+    }
 
 
 def capabilities() -> dict:
@@ -47,6 +68,7 @@ def capabilities() -> dict:
         "reply_keys": list(REPLY_KEYS),
         "metrics_keys": list(METRICS_KEYS),
         "env_flags": ["ENGINE_CALIBRATE_SLOWDOWN"],
+        "serve": serve_capabilities(),
     }
 
 

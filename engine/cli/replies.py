@@ -14,6 +14,11 @@ REPLY_KEYS = (
 )  # fmt: skip
 
 
+def rounded(margins: list[float]) -> list[float]:
+    """Margins as every reply writes them (``engine run`` and ``engine serve`` alike)."""
+    return [round(m, 6) for m in margins]
+
+
 def reply(s: Stream, tokenizer: Any) -> dict[str, Any]:
     ids = s.generated
     out: dict[str, Any] = {
@@ -23,7 +28,7 @@ def reply(s: Stream, tokenizer: Any) -> dict[str, Any]:
         "token_sha": token_sha(ids),
         "finish_reason": s.finish_reason,
         "prompt_tokens": s.prompt_len,
-        "margins": [round(m, 6) for m in s.margins],
+        "margins": rounded(s.margins),
         "min_margin": round(min(s.margins), 6) if s.margins else None,
         "logit_hashes": list(s.logit_hashes),
         "drafted": s.drafted,

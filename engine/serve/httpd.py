@@ -138,15 +138,14 @@ class Handler(BaseHTTPRequestHandler):
             while True:
                 item = ticket.updates.get()
                 if isinstance(item, Stream):
-                    finish = openai.FINISH[item.finish_reason]
                     text = tok.decode(ids) if tok else ""
                     self._event(
-                        openai.chunk(item.req.id, text[len(shown) :], [], chat, name, finish)
+                        openai.chunk(item.req.id, text[len(shown) :], None, chat, name, item)
                     )
                     self.wfile.write(b"data: [DONE]\n\n")
                     self.close_connection = True
                     return
-                ids.extend(item)
+                ids.extend(item.ids)
                 text = tok.decode(ids) if tok else ""
                 stable = text.rstrip("\ufffd")  # hold back an incomplete UTF-8 sequence
                 self._event(openai.chunk(ticket.request.id, stable[len(shown) :], item, chat, name))

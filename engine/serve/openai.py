@@ -7,11 +7,20 @@ import uuid
 from typing import Any
 
 from engine.cli.common import token_sha
+from engine.cli.replies import rounded
 from engine.errors import InputError
 from engine.lanes.request import Request, parse_request
 from engine.lanes.stream import Stream
 
 FINISH = {"stop": "stop", "length": "length", "cancelled": "stop", "error": "error"}
+
+# What the server reads and writes (capabilities' "serve", docs/contract.md version 3).
+REQUEST_KEYS = (
+    "model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "seed",
+    "stream", "stop_ids", "priority", "draft", "ignore_eos",
+)  # fmt: skip
+CHOICE_KEYS = ("token_ids", "margins", "logit_hashes")  # per token, in every choice and chunk
+REPLY_KEYS = ("token_sha", "drafted", "accepted")  # a reply's top level and a stream's last chunk
 
 
 class Unsupported(InputError):
@@ -67,6 +76,8 @@ def completion(s: Stream, tokenizer: Any, chat: bool, model: str) -> dict[str, A
     else:
         choice["text"] = text
     choice["token_ids"] = s.generated
+    choice["margins"] = rounded(s.margins)
+    choice["logit_hashes"] = list(s.logit_hashes)
     out = {
         "id": ("chatcmpl-" if chat else "cmpl-") + s.req.id,
         "object": "chat.completion" if chat else "text_completion",
@@ -95,17 +106,34 @@ def completion(s: Stream, tokenizer: Any, chat: bool, model: str) -> dict[str, A
 
 
 def chunk(
-    req_id: str, delta: str, ids: list[int], chat: bool, model: str, finish: str | None = None
+    req_id: str,
+    delta: str,
+    bits: Any,
+    chat: bool,
+    model: str,
+    end: Stream | None = None,
 ) -> dict[str, Any]:
-    choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "token_ids": ids}
+    """One SSE event: the new tokens (``bits``: a worker Chunk, or None for the last event)
+    with their margins and logit hashes; the last event (``end``: the finished stream)
+    carries the finish reason, token_sha, drafted and accepted."""
+    choice: dict[str, Any] = {
+        "index": 0,
+        "finish_reason": FINISH[end.finish_reason] if end is not None else None,
+        "token_ids": list(bits.ids) if bits is not None else [],
+        "margins": rounded(bits.margins) if bits is not None else [],
+        "logit_hashes": list(bits.logit_hashes) if bits is not None else [],
+    }
     if chat:
         choice["delta"] = {"content": delta}
     else:
         choice["text"] = delta
-    return {
+    out: dict[str, Any] = {
         "id": ("chatcmpl-" if chat else "cmpl-") + req_id,
         "object": "chat.completion.chunk" if chat else "text_completion",
         "created": int(time.time()),
         "model": model,
         "choices": [choice],
     }
+    if end is not None:
+        out.update(token_sha=token_sha(end.generated), drafted=end.drafted, accepted=end.accepted)
+    return out

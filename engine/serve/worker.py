@@ -14,10 +14,25 @@ from engine.lanes.stream import Stream
 
 
 @dataclass
+class Chunk:
+    """Tokens generated since the last chunk, with the bits behind each (docs/contract.md)."""
+
+    ids: list[int]
+    margins: list[float]
+    logit_hashes: list[str]
+
+
+@dataclass
 class Ticket:
     request: Request
-    updates: queue.Queue = field(default_factory=queue.Queue)  # list[int] chunks, then Stream
+    updates: queue.Queue = field(default_factory=queue.Queue)  # Chunks, then the Stream
     stream: Stream | None = None
+
+
+METRICS_KEYS = (
+    "pages_in_use", "unplanned_allocations", "cached_pages", "live_streams", "waiting_streams",
+    "drafter_states", "prefill_tokens", "decode_tokens", "rounds", "steps",
+)  # fmt: skip
 
 
 class EngineWorker:
@@ -55,6 +70,7 @@ class EngineWorker:
                 "cached_pages": e.plan.cached_pages,
                 "live_streams": len(e.live),
                 "waiting_streams": len(e.waiting),
+                "drafter_states": len(getattr(e.drafter, "states", {})),
                 **e.stats,
             }
 
@@ -71,10 +87,14 @@ class EngineWorker:
     def _publish(self) -> None:
         for sid, ticket in list(self.tickets.items()):
             s = ticket.stream
-            new = s.generated[self.sent[sid] :]
+            start = self.sent[sid]
+            new = s.generated[start:]
             if new:
                 self.sent[sid] += len(new)
-                ticket.updates.put(list(new))
+                end = start + len(new)
+                ticket.updates.put(
+                    Chunk(list(new), s.margins[start:end], s.logit_hashes[start:end])
+                )
             if s.done:
                 ticket.updates.put(s)
                 del self.tickets[sid], self.sent[sid]

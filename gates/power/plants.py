@@ -14,6 +14,8 @@ SAMPLING = "engine/lanes/sampling.py"
 MTP = "engine/draft/mtp.py"
 NUMPY_OPS = "engine/ops/numpy_ops.py"
 QWEN3 = "engine/model/qwen3.py"
+SERVE_OPENAI = "engine/serve/openai.py"
+SERVE_WORKER = "engine/serve/worker.py"
 
 
 @dataclass(frozen=True)
@@ -203,6 +205,24 @@ PLANTS: tuple[Plant, ...] = (
             ENGINE,
             "            s.fed = s.run.reused_rows\n",
             "            s.fed = s.run.reused_rows + (s.run.reused_rows > 0)\n",
+        ),
+    ),
+    _p(
+        "serve-seed-misread",
+        "serve: the request's seed is read as `random_seed`, so sampled requests get seed 0",
+        (
+            SERVE_OPENAI,
+            '    for key in ("temperature", "seed", "priority",',
+            '    for key in ("temperature", "random_seed", "priority",',
+        ),
+    ),
+    _p(
+        "serve-stream-drops-last",
+        "serve worker: tokens of a stream's last step are not published (streams lose them)",
+        (
+            SERVE_WORKER,
+            "            new = s.generated[start:]\n",
+            "            new = [] if s.done else s.generated[start:]\n",
         ),
     ),
     # ---- no-op changes: the gates must stay quiet -------------------------------------

@@ -181,3 +181,33 @@ def test_a_port_in_use_is_a_one_line_error(capsys):
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"--port {port}" in err[0], err
+
+
+def stream_events(url: str, body: dict) -> list[dict]:
+    req = urllib.request.Request(url, data=json.dumps({**body, "stream": True}).encode())
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        lines = resp.read().decode().splitlines()
+    return [json.loads(ln[6:]) for ln in lines if ln.startswith("data: {")]
+
+
+def test_replies_and_chunks_carry_the_bits_of_an_offline_reply(server, model):
+    from engine.cli.replies import reply
+
+    engine = Engine(model, EngineConfig())
+    tok = Tokenizer(TINY)
+    engine.submit(Request("s", tok.encode(PROMPTS[1]), 9, temperature=0.6, seed=3))
+    offline = reply(engine.run()[0], tok)
+    body = {"prompt": PROMPTS[1], "max_tokens": 9, "temperature": 0.6, "seed": 3}
+    status, raw = post(server + "/v1/completions", body)
+    plain = json.loads(raw)
+    choice = plain["choices"][0]
+    assert status == 200 and choice["token_ids"] == offline["ids"]
+    assert choice["margins"] == offline["margins"]
+    assert choice["logit_hashes"] == offline["logit_hashes"]
+    assert plain["token_sha"] == offline["token_sha"]
+    events = stream_events(server + "/v1/completions", body)
+    got = {k: [x for e in events for x in e["choices"][0][k]] for k in ("token_ids", "margins")}
+    hashes = [x for e in events for x in e["choices"][0]["logit_hashes"]]
+    assert got["token_ids"] == offline["ids"] and got["margins"] == offline["margins"]
+    assert hashes == offline["logit_hashes"]
+    assert events[-1]["token_sha"] == offline["token_sha"] and events[-1]["drafted"] == 0

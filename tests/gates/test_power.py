@@ -32,6 +32,8 @@ REQUIRED = {
     "attention-merge-order",
     "drafter-state-leak",
     "resume-off-by-one",
+    "serve-seed-misread",
+    "serve-stream-drops-last",
 }
 
 
