@@ -185,11 +185,11 @@ PLANTS: tuple[Plant, ...] = (
         "numpy attention: key blocks merged right to left (bits change from 3 blocks, >128 keys)",
         (
             NUMPY_OPS,
-            "        total = block_sums[:, :, 0].copy()\n"
-            "        acc = pv[:, :, 0].copy()\n"
+            "        total = block_sums[:, :, :, 0].copy()\n"
+            "        acc = pv[:, :, :, 0].copy()\n"
             "        for j in range(1, nb):\n",
-            "        total = block_sums[:, :, nb - 1].copy()\n"
-            "        acc = pv[:, :, nb - 1].copy()\n"
+            "        total = block_sums[:, :, :, nb - 1].copy()\n"
+            "        acc = pv[:, :, :, nb - 1].copy()\n"
             "        for j in range(nb - 2, -1, -1):\n",
         ),
     ),
