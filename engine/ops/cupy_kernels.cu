@@ -1,0 +1,209 @@
+// Kernels of the cupy backend (compiled by NVRTC through cupy.RawModule).
+//
+// Every reduction has one fixed order that depends only on the row being computed (its
+// length, its absolute position), never on how many rows a launch holds or where the row
+// sits among them: one block per row (or per row and head), per-thread partial sums in
+// index order, then a shared-memory tree of fixed shape. No atomics, no split reductions.
+
+#define KIND_F32 0
+#define KIND_BF16 1
+#define KIND_FP8 2
+
+__device__ __forceinline__ unsigned short f32_to_bf16(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);  // NaN
+    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
+    return (unsigned short)(u >> 16);
+}
+
+__device__ __forceinline__ float bf16_to_f32(unsigned short b) {
+    return __uint_as_float(((unsigned int)b) << 16);
+}
+
+// float32 -> float8 e4m3fn, round to nearest even; |x| <= 448 and finite (the caller clips).
+__device__ __forceinline__ unsigned char f32_to_e4m3(float x) {
+    unsigned char sign = (unsigned char)((__float_as_uint(x) >> 24) & 0x80u);
+    float a = fabsf(x);
+    if (a == 0.0f) return sign;
+    int e;
+    frexpf(a, &e);               // a = m * 2^e, m in [0.5, 1)
+    int E = max(e - 1, -6);      // -6: the smallest normal exponent; below it, subnormals
+    float r = rintf(ldexpf(a, 3 - E));  // mantissa with 3 fraction bits, in [0, 16]
+    return sign | (unsigned char)(((E + 6) << 3) + (int)r);  // r == 16 carries into E + 1
+}
+
+__device__ __forceinline__ float e4m3_to_f32(unsigned char c) {
+    int ef = (c >> 3) & 15, m = c & 7;
+    float v = ef == 0 ? ldexpf((float)m, -9) : ldexpf((float)(8 + m), ef - 10);
+    return (c & 0x80u) ? -v : v;
+}
+
+template <int KIND>
+__device__ __forceinline__ float load_code(const void* codes, long long i, float scale_exp) {
+    if (KIND == KIND_F32) return ((const float*)codes)[i];
+    if (KIND == KIND_BF16) return bf16_to_f32(((const unsigned short*)codes)[i]);
+    return ldexpf(e4m3_to_f32(((const unsigned char*)codes)[i]), (int)scale_exp);
+}
+
+// fixed-shape tree over blockDim.x (a power of two) values in red[]; every thread gets red[0]
+__device__ __forceinline__ float tree_sum(float* red, float v) {
+    int t = threadIdx.x;
+    red[t] = v;
+    __syncthreads();
+    for (int s = blockDim.x >> 1; s > 0; s >>= 1) {
+        if (t < s) red[t] = red[t] + red[t + s];
+        __syncthreads();
+    }
+    float out = red[0];
+    __syncthreads();
+    return out;
+}
+
+__device__ __forceinline__ float tree_max(float* red, float v) {
+    int t = threadIdx.x;
+    red[t] = v;
+    __syncthreads();
+    for (int s = blockDim.x >> 1; s > 0; s >>= 1) {
+        if (t < s) red[t] = fmaxf(red[t], red[t + s]);
+        __syncthreads();
+    }
+    float out = red[0];
+    __syncthreads();
+    return out;
+}
+
+extern "C" {
+
+// x [rows_in, cols] float32 -> y [rows_out, cols] bf16 bits; rows past rows_in are zero
+__global__ void to_bf16(const float* x, unsigned short* y, long long n_in, long long n_out) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n_out) y[i] = i < n_in ? f32_to_bf16(x[i]) : (unsigned short)0;
+}
+
+// y = x * (1 / sqrt(mean(x^2) + eps)) * w over the last axis of `cols`; one block per row
+__global__ void rms_norm(const float* x, const float* w, float* y, int cols, float eps) {
+    extern __shared__ float red[];
+    const float* xr = x + (long long)blockIdx.x * cols;
+    float* yr = y + (long long)blockIdx.x * cols;
+    float part = 0.0f;
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) part = part + xr[i] * xr[i];
+    float var = tree_sum(red, part) / (float)cols;
+    float inv = 1.0f / sqrtf(var + eps);
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) yr[i] = (xr[i] * inv) * w[i];
+}
+
+// x [n, heads, D], cos/sin [n, D/2]: rotate_half as Hugging Face does
+__global__ void rope(const float* x, const float* cos_t, const float* sin_t, float* y,
+                     int heads, int half, long long total) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // over n * heads * half
+    if (i >= total) return;
+    long long row = i / ((long long)heads * half);
+    int j = (int)(i % half);
+    long long base = (i / half) * 2 * half;
+    float c = cos_t[row * half + j], s = sin_t[row * half + j];
+    float x1 = x[base + j], x2 = x[base + half + j];
+    y[base + j] = x1 * c - x2 * s;
+    y[base + half + j] = x2 * c + x1 * s;
+}
+
+// y [n, inter] = silu(gate) * up; gate and up rows are `gs` and `us` floats apart (they may be
+// the two halves of one fused gate_up output)
+__global__ void silu_mul(const float* gate, const float* up, float* y, int inter, long long gs,
+                         long long us, long long total) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    long long row = i / inter;
+    int j = (int)(i % inter);
+    float g = gate[row * gs + j], u = up[row * us + j];
+    y[i] = (g / (1.0f + expf(-g))) * u;
+}
+
+// Encode rows k/v [n, Hkv, D] into their slots (page * page_rows + row) of the pages
+// [slots, Hkv, D]; the bytes equal engine/kv/codec.py's. One block per (row, head),
+// blockDim.x == D.
+__global__ void kv_store(const float* x, const long long* slots, void* codes,
+                         signed char* exps, int kind, int hkv) {
+    extern __shared__ float red[];
+    int D = blockDim.x, t = threadIdx.x;
+    long long src = ((long long)blockIdx.x * hkv + blockIdx.y) * D;
+    long long dst_row = slots[blockIdx.x] * hkv + blockIdx.y;
+    float v = x[src + t];
+    if (kind == KIND_F32) {
+        ((float*)codes)[dst_row * D + t] = v;
+    } else if (kind == KIND_BF16) {
+        ((unsigned short*)codes)[dst_row * D + t] = f32_to_bf16(v);
+    } else {
+        float amax = tree_max(red, fabsf(v));
+        int e;
+        frexpf(amax, &e);  // frexp(0) gives 0, as numpy's
+        int ex = min(max(e - 8, -128), 127);
+        float scaled = fminf(fmaxf(ldexpf(v, -ex), -448.0f), 448.0f);
+        ((unsigned char*)codes)[dst_row * D + t] = f32_to_e4m3(scaled);
+        if (t == 0) exps[dst_row] = (signed char)ex;
+    }
+}
+
+// Causal attention of q [n, Hq, D] over keys stored in pages, one block per (row, q head),
+// blockDim.x == D (a power of two). Row r sees keys 0..last[r] of its stream, found through
+// its page list ptab[poff[r]..]. Keys are taken in chunks of D at absolute positions; per
+// chunk: scores (dot products in index order), a tree max and a tree sum, then each thread
+// accumulates its output dimension over the chunk's keys in order (online softmax). The
+// order depends only on last[r], never on other rows.
+template <int KIND>
+__device__ void attend_paged(const float* q, const void* kc, const void* vc,
+                             const signed char* ke, const signed char* ve, const int* ptab,
+                             const int* poff, const int* last_pos, float* out, int hq, int hkv,
+                             int page_rows, float scale) {
+    extern __shared__ float sh[];
+    const int D = blockDim.x, t = threadIdx.x;
+    float* qs = sh;
+    float* ps = sh + D;
+    float* red = sh + 2 * D;
+    const int r = blockIdx.x, h = blockIdx.y, kvh = h / (hq / hkv);
+    const int* pages = ptab + poff[r];
+    const int last = last_pos[r];
+    qs[t] = q[((long long)r * hq + h) * D + t] * scale;
+    __syncthreads();
+    float m = -INFINITY, l = 0.0f, acc = 0.0f;
+    for (int c0 = 0; c0 <= last; c0 += D) {
+        int j = c0 + t;
+        float s = -INFINITY;
+        if (j <= last) {
+            long long kr = ((long long)pages[j / page_rows] * page_rows + j % page_rows) * hkv + kvh;
+            float ex = KIND == KIND_FP8 ? (float)ke[kr] : 0.0f;
+            float dot = 0.0f;
+            for (int d = 0; d < D; ++d) dot = dot + qs[d] * load_code<KIND>(kc, kr * D + d, ex);
+            s = dot;
+        }
+        float m_new = fmaxf(m, tree_max(red, s));
+        float p = j <= last ? expf(s - m_new) : 0.0f;
+        ps[t] = p;
+        float psum = tree_sum(red, p);  // also orders ps[] before the reads below
+        float alpha = expf(m - m_new);  // 0 on the first chunk
+        int cn = min(D, last - c0 + 1);
+        float a = 0.0f;
+        for (int jj = 0; jj < cn; ++jj) {
+            int k2 = c0 + jj;
+            long long vr = ((long long)pages[k2 / page_rows] * page_rows + k2 % page_rows) * hkv + kvh;
+            float ex = KIND == KIND_FP8 ? (float)ve[vr] : 0.0f;
+            a = a + ps[jj] * load_code<KIND>(vc, vr * D + t, ex);
+        }
+        l = l * alpha + psum;
+        acc = acc * alpha + a;
+        m = m_new;
+        __syncthreads();
+    }
+    out[((long long)r * hq + h) * D + t] = acc / l;
+}
+
+#define ATTEND_ARGS                                                                    \
+    const float *q, const void *kc, const void *vc, const signed char *ke,             \
+        const signed char *ve, const int *ptab, const int *poff, const int *last_pos,  \
+        float *out, int hq, int hkv, int page_rows, float scale
+#define ATTEND_PASS q, kc, vc, ke, ve, ptab, poff, last_pos, out, hq, hkv, page_rows, scale
+
+__global__ void attend_f32(ATTEND_ARGS) { attend_paged<KIND_F32>(ATTEND_PASS); }
+__global__ void attend_bf16(ATTEND_ARGS) { attend_paged<KIND_BF16>(ATTEND_PASS); }
+__global__ void attend_fp8(ATTEND_ARGS) { attend_paged<KIND_FP8>(ATTEND_PASS); }
+
+}  // extern "C"

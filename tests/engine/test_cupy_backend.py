@@ -1,0 +1,87 @@
+"""The cupy backend's kernels on a GPU (marked `gpu`; skipped where cupy cannot run).
+
+Exactness (bit equality) where the arithmetic is exact, and correctness against numpy in
+float64 where it is not (rounding differs between the two, so those use a tolerance: they
+check the math, not invariance; invariance is tests/conformance's job)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.ops import cupy_problem
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(cupy_problem() is not None, reason=f"cupy backend: {cupy_problem()}"),
+]
+
+
+@pytest.fixture(scope="module")
+def ops():  # type: ignore[no-untyped-def]
+    from engine.ops.cupy_ops import CupyOps
+
+    return CupyOps()
+
+
+def test_linear_is_exact_on_small_integers_and_row_invariant(ops) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(0)
+    w = rng.integers(-3, 4, (640, 256)).astype(np.float32)  # [out, in]
+    x = rng.integers(-3, 4, (37, 256)).astype(np.float32)
+    wp = ops.prepare_linear(w)
+    got = ops.to_numpy(ops.linear(ops.asarray(x), wp))
+    assert got.tobytes() == (x @ w.T).astype(np.float32).tobytes()
+    xr = rng.standard_normal((37, 256)).astype(np.float32)
+    full = ops.to_numpy(ops.linear(ops.asarray(xr), wp))
+    for i in (0, 5, 8, 36):
+        alone = ops.to_numpy(ops.linear(ops.asarray(xr[i : i + 1]), wp))
+        assert alone.tobytes() == full[i : i + 1].tobytes()
+
+
+def test_probe_refuses_a_row_variant_gemm(ops, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from engine.errors import EngineFailure
+
+    real = ops.linear
+
+    def shifted(x, w):  # type: ignore[no-untyped-def]
+        y = real(x, w)
+        return y + (y.shape[0] > 1) * 1e-3  # a row's bits depend on the row count
+
+    monkeypatch.setattr(ops, "linear", shifted)
+    with pytest.raises(EngineFailure, match="not row-invariant"):
+        ops.prepare_linear(np.ones((64, 32), np.float32))
+
+
+def test_norm_rope_silu_match_numpy(ops) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((5, 4, 64)).astype(np.float32)
+    w = rng.standard_normal(64).astype(np.float32)
+    got = ops.to_numpy(ops.rms_norm(ops.asarray(x), ops.asarray(w), 1e-6))
+    x64 = x.astype(np.float64)
+    want = x64 / np.sqrt(np.mean(x64**2, -1, keepdims=True) + 1e-6) * w
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    cos, sin = rng.standard_normal((2, 5, 32)).astype(np.float32)
+    got = ops.to_numpy(ops.rope(ops.asarray(x), ops.asarray(cos), ops.asarray(sin)))
+    x1, x2 = x64[..., :32], x64[..., 32:]
+    c, s = cos[:, None], sin[:, None]
+    want = np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], -1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    gu = ops.asarray(rng.standard_normal((5, 16)).astype(np.float32))
+    got = ops.to_numpy(ops.silu_mul(gu[:, :8], gu[:, 8:]))
+    g, u = ops.to_numpy(gu)[:, :8].astype(np.float64), ops.to_numpy(gu)[:, 8:]
+    np.testing.assert_allclose(got, g / (1 + np.exp(-g)) * u, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_matches_numpy_and_one_key_is_exact(ops) -> None:  # type: ignore[no-untyped-def]
+    from engine.ops.numpy_ops import NumpyOps
+
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((6, 4, 64)).astype(np.float32)
+    k = rng.standard_normal((300, 2, 64)).astype(np.float32)
+    v = rng.standard_normal((300, 2, 64)).astype(np.float32)
+    pos = np.array([0, 1, 63, 64, 200, 299])
+    got = ops.to_numpy(ops.attention(ops.asarray(q), ops.asarray(k), ops.asarray(v), pos))
+    want = NumpyOps().attention(q, k, v, pos)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    # position 0 sees one key: softmax weight exactly 1, output exactly that value row
+    assert got[0].tobytes() == np.repeat(v[0], 2, axis=0).tobytes()
