@@ -8,6 +8,7 @@
 #define KIND_F32 0
 #define KIND_BF16 1
 #define KIND_FP8 2
+#define NEG_INF __int_as_float(0xff800000)
 
 __device__ __forceinline__ unsigned short f32_to_bf16(float f) {
     unsigned int u = __float_as_uint(f);
@@ -70,6 +71,59 @@ __device__ __forceinline__ float tree_max(float* red, float v) {
     float out = red[0];
     __syncthreads();
     return out;
+}
+
+// Causal attention of q [n, Hq, D] over keys stored in pages, one block per (row, q head),
+// blockDim.x == D (a power of two). Row r sees keys 0..last[r] of its stream, found through
+// its page list ptab[poff[r]..]. Keys are taken in chunks of D at absolute positions; per
+// chunk: scores (dot products in index order), a tree max and a tree sum, then each thread
+// accumulates its output dimension over the chunk's keys in order (online softmax). The
+// order depends only on last[r], never on other rows.
+template <int KIND>
+__device__ void attend_paged(const float* q, const void* kc, const void* vc,
+                             const signed char* ke, const signed char* ve, const int* ptab,
+                             const int* poff, const int* last_pos, float* out, int hq, int hkv,
+                             int page_rows, float scale) {
+    extern __shared__ float sh[];
+    const int D = blockDim.x, t = threadIdx.x;
+    float* qs = sh;
+    float* ps = sh + D;
+    float* red = sh + 2 * D;
+    const int r = blockIdx.x, h = blockIdx.y, kvh = h / (hq / hkv);
+    const int* pages = ptab + poff[r];
+    const int last = last_pos[r];
+    qs[t] = q[((long long)r * hq + h) * D + t] * scale;
+    __syncthreads();
+    float m = NEG_INF, l = 0.0f, acc = 0.0f;
+    for (int c0 = 0; c0 <= last; c0 += D) {
+        int j = c0 + t;
+        float s = NEG_INF;
+        if (j <= last) {
+            long long kr = ((long long)pages[j / page_rows] * page_rows + j % page_rows) * hkv + kvh;
+            float ex = KIND == KIND_FP8 ? (float)ke[kr] : 0.0f;
+            float dot = 0.0f;
+            for (int d = 0; d < D; ++d) dot = dot + qs[d] * load_code<KIND>(kc, kr * D + d, ex);
+            s = dot;
+        }
+        float m_new = fmaxf(m, tree_max(red, s));
+        float p = j <= last ? expf(s - m_new) : 0.0f;
+        ps[t] = p;
+        float psum = tree_sum(red, p);  // also orders ps[] before the reads below
+        float alpha = expf(m - m_new);  // 0 on the first chunk
+        int cn = min(D, last - c0 + 1);
+        float a = 0.0f;
+        for (int jj = 0; jj < cn; ++jj) {
+            int k2 = c0 + jj;
+            long long vr = ((long long)pages[k2 / page_rows] * page_rows + k2 % page_rows) * hkv + kvh;
+            float ex = KIND == KIND_FP8 ? (float)ve[vr] : 0.0f;
+            a = a + ps[jj] * load_code<KIND>(vc, vr * D + t, ex);
+        }
+        l = l * alpha + psum;
+        acc = acc * alpha + a;
+        m = m_new;
+        __syncthreads();
+    }
+    out[((long long)r * hq + h) * D + t] = acc / l;
 }
 
 extern "C" {
@@ -141,59 +195,6 @@ __global__ void kv_store(const float* x, const long long* slots, void* codes,
         ((unsigned char*)codes)[dst_row * D + t] = f32_to_e4m3(scaled);
         if (t == 0) exps[dst_row] = (signed char)ex;
     }
-}
-
-// Causal attention of q [n, Hq, D] over keys stored in pages, one block per (row, q head),
-// blockDim.x == D (a power of two). Row r sees keys 0..last[r] of its stream, found through
-// its page list ptab[poff[r]..]. Keys are taken in chunks of D at absolute positions; per
-// chunk: scores (dot products in index order), a tree max and a tree sum, then each thread
-// accumulates its output dimension over the chunk's keys in order (online softmax). The
-// order depends only on last[r], never on other rows.
-template <int KIND>
-__device__ void attend_paged(const float* q, const void* kc, const void* vc,
-                             const signed char* ke, const signed char* ve, const int* ptab,
-                             const int* poff, const int* last_pos, float* out, int hq, int hkv,
-                             int page_rows, float scale) {
-    extern __shared__ float sh[];
-    const int D = blockDim.x, t = threadIdx.x;
-    float* qs = sh;
-    float* ps = sh + D;
-    float* red = sh + 2 * D;
-    const int r = blockIdx.x, h = blockIdx.y, kvh = h / (hq / hkv);
-    const int* pages = ptab + poff[r];
-    const int last = last_pos[r];
-    qs[t] = q[((long long)r * hq + h) * D + t] * scale;
-    __syncthreads();
-    float m = -INFINITY, l = 0.0f, acc = 0.0f;
-    for (int c0 = 0; c0 <= last; c0 += D) {
-        int j = c0 + t;
-        float s = -INFINITY;
-        if (j <= last) {
-            long long kr = ((long long)pages[j / page_rows] * page_rows + j % page_rows) * hkv + kvh;
-            float ex = KIND == KIND_FP8 ? (float)ke[kr] : 0.0f;
-            float dot = 0.0f;
-            for (int d = 0; d < D; ++d) dot = dot + qs[d] * load_code<KIND>(kc, kr * D + d, ex);
-            s = dot;
-        }
-        float m_new = fmaxf(m, tree_max(red, s));
-        float p = j <= last ? expf(s - m_new) : 0.0f;
-        ps[t] = p;
-        float psum = tree_sum(red, p);  // also orders ps[] before the reads below
-        float alpha = expf(m - m_new);  // 0 on the first chunk
-        int cn = min(D, last - c0 + 1);
-        float a = 0.0f;
-        for (int jj = 0; jj < cn; ++jj) {
-            int k2 = c0 + jj;
-            long long vr = ((long long)pages[k2 / page_rows] * page_rows + k2 % page_rows) * hkv + kvh;
-            float ex = KIND == KIND_FP8 ? (float)ve[vr] : 0.0f;
-            a = a + ps[jj] * load_code<KIND>(vc, vr * D + t, ex);
-        }
-        l = l * alpha + psum;
-        acc = acc * alpha + a;
-        m = m_new;
-        __syncthreads();
-    }
-    out[((long long)r * hq + h) * D + t] = acc / l;
 }
 
 #define ATTEND_ARGS                                                                    \
