@@ -37,11 +37,16 @@ def floor_ms(cfg: Any, streams: int, context: int, code_bytes: int = 2) -> float
     return (weights + kv) / HBM_BYTES_S * 1e3
 
 
-def ours(spec: str, streams: int, context: int, steps: int, kind: str) -> dict[str, float]:
+def ours(
+    spec: str, streams: int, context: int, steps: int, kind: str, graph: bool
+) -> dict[str, float]:
     import cupy as cp
 
     from engine.model.loader import load_model
     from engine.model.qwen3 import Segment
+    from engine.ops.cupy_graph import decode_step
+
+    step_fn = decode_step if graph else (lambda m, segs, kv: m.forward(segs, kv))
 
     model = _cached_model(spec, load_model)
     page_rows = 16
@@ -66,7 +71,7 @@ def ours(spec: str, streams: int, context: int, steps: int, kind: str) -> dict[s
             for i in range(streams)
         ]
         t = time.perf_counter()
-        model.forward(segs, kv)  # logits come back to the host: synchronous
+        step_fn(model, segs, kv)  # logits come back to the host: synchronous
         times.append(time.perf_counter() - t)
     step = float(np.median(times[2:])) * 1e3
     return {

@@ -39,7 +39,12 @@ class CupyKV:
         self.ops = ops
         self.kind = kind
         self.page_rows = page_rows
-        shape = (pages * page_rows, kv_heads, head_dim)  # slot = page * page_rows + row
+        self.pages = pages
+        self.lane_pages = max(1, -(-lane_rows // page_rows))  # the most pages one stream holds
+        # slot = page * page_rows + row; one page more, `scratch`, takes the padded rows of a
+        # fixed-size step (cupy_graph.py), never a stream's
+        self.scratch = pages
+        shape = ((pages + 1) * page_rows, kv_heads, head_dim)
         dt = CODE_DTYPES[kind]
         self.k = [cp.zeros(shape, dtype=dt) for _ in range(layers)]
         self.v = [cp.zeros(shape, dtype=dt) for _ in range(layers)]

@@ -141,8 +141,10 @@ class CupyOps:
                 )
 
     # ---- elementwise and per-row kernels --------------------------------------------
-    def embed(self, table: Any, ids: np.ndarray) -> Any:
-        return table[cp.asarray(np.asarray(ids, dtype=np.int64))]
+    def embed(self, table: Any, ids: Any) -> Any:
+        if not isinstance(ids, cp.ndarray):
+            ids = cp.asarray(np.asarray(ids, dtype=np.int64))
+        return table[ids]
 
     def rms_norm(self, x: Any, w: Any, eps: float) -> Any:
         x = cp.ascontiguousarray(x, dtype=F32)
