@@ -170,9 +170,10 @@ def main() -> None:
         fl = floor_ms(cfg, streams, args.context)
         arms = [
             (
-                "ours (cupy, eager)",
-                lambda s=streams: ours(args.model, s, args.context, args.steps, args.kv),
+                f"ours (cupy, {'graph' if g else 'eager'})",
+                lambda s=streams, g=g: ours(args.model, s, args.context, args.steps, args.kv, g),
             )
+            for g in (False, True)
         ]
         for mode in args.transformers:
             arms.append(
