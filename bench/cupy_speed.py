@@ -74,7 +74,12 @@ def ours(
         step_fn(model, segs, kv)  # logits come back to the host: synchronous
         times.append(time.perf_counter() - t)
     step = float(np.median(times[2:])) * 1e3
+    extra = {}
+    if graph:
+        g = kv.__dict__["_decode_graphs"][id(model)]
+        extra["replay_ms"] = g.replay_ms()
     return {
+        **extra,
         "step_ms": step,
         "tok_s": streams / step * 1e3,
         "prefill_tok_s": streams * context / t_prefill,

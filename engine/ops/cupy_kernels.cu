@@ -74,18 +74,21 @@ __device__ __forceinline__ float tree_max(float* red, float v) {
 }
 
 // Causal attention of q [n, Hq, D] over keys stored in pages, one block per (row, q head),
-// blockDim.x == D (a power of two). Row r sees keys 0..last[r] of its stream, found through
-// its page list ptab[poff[r]..]. Keys are taken in chunks of D at absolute positions; per
-// chunk: scores (dot products in index order), a tree max and a tree sum, then each thread
-// accumulates its output dimension over the chunk's keys in order (online softmax). The
-// order depends only on last[r], never on other rows.
+// blockDim.x == D (a power of two, a multiple of 32). Row r sees keys 0..last[r] of its
+// stream, found through its page list ptab[poff[r]..]. Keys are taken in chunks of D at
+// absolute positions. Per chunk: each warp scores every nwarps-th key (each lane sums its
+// D/32 adjacent dimensions in order, then a fixed shuffle tree over the lanes), a tree max
+// and a tree sum over the chunk, then each thread accumulates its output dimension over the
+// chunk's keys in order (online softmax, rescaled once per chunk). The order depends only on
+// last[r] and D, never on other rows.
 template <int KIND>
 __device__ void attend_paged(const float* q, const void* kc, const void* vc,
                              const signed char* ke, const signed char* ve, const int* ptab,
                              const int* poff, const int* last_pos, float* out, int hq, int hkv,
                              int page_rows, float scale) {
     extern __shared__ float sh[];
-    const int D = blockDim.x, t = threadIdx.x;
+    const int D = blockDim.x, t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int nwarps = D >> 5, per = D >> 5;
     float* qs = sh;
     float* ps = sh + D;
     float* red = sh + 2 * D;
@@ -96,19 +99,29 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
     __syncthreads();
     float m = NEG_INF, l = 0.0f, acc = 0.0f;
     for (int c0 = 0; c0 <= last; c0 += D) {
-        int j = c0 + t;
-        float s = NEG_INF;
-        if (j <= last) {
-            long long kr = ((long long)pages[j / page_rows] * page_rows + j % page_rows) * hkv + kvh;
-            float ex = KIND == KIND_FP8 ? (float)ke[kr] : 0.0f;
-            float dot = 0.0f;
-            for (int d = 0; d < D; ++d) dot = dot + qs[d] * load_code<KIND>(kc, kr * D + d, ex);
-            s = dot;
+        for (int jj = warp; jj < D; jj += nwarps) {
+            int j = c0 + jj;
+            float s = NEG_INF;
+            if (j <= last) {  // the same for every lane of the warp
+                long long kr = ((long long)pages[j / page_rows] * page_rows + j % page_rows) * hkv + kvh;
+                float ex = KIND == KIND_FP8 ? (float)ke[kr] : 0.0f;
+                float part = 0.0f;
+                for (int i = 0; i < per; ++i) {
+                    int d = lane * per + i;
+                    part = part + qs[d] * load_code<KIND>(kc, kr * D + d, ex);
+                }
+                for (int off = 16; off > 0; off >>= 1) part = part + __shfl_down_sync(0xffffffffu, part, off);
+                s = part;
+            }
+            if (lane == 0) ps[jj] = s;
         }
+        __syncthreads();
+        const int j = c0 + t;
+        const float s = ps[t];
         float m_new = fmaxf(m, tree_max(red, s));
         float p = j <= last ? expf(s - m_new) : 0.0f;
         ps[t] = p;
-        float psum = tree_sum(red, p);  // also orders ps[] before the reads below
+        float psum = tree_sum(red, p);  // its barriers also order ps[] before the reads below
         float alpha = expf(m - m_new);  // 0 on the first chunk
         int cn = min(D, last - c0 + 1);
         float a = 0.0f;

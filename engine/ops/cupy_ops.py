@@ -198,6 +198,8 @@ class CupyOps:
         q = cp.ascontiguousarray(q, dtype=F32)
         n, hq, d = q.shape
         hkv = kc.shape[-2]
+        if d % 32 or d & (d - 1) or d > 1024:
+            raise EngineFailure(f"cupy attention: head_dim {d} must be a power of two >= 32")
         ptab, poff, last, page_rows = meta
         out = cp.empty_like(q)
         if n:
