@@ -74,7 +74,7 @@ def ours(
         step_fn(model, segs, kv)  # logits come back to the host: synchronous
         times.append(time.perf_counter() - t)
     step = float(np.median(times[2:])) * 1e3
-    extra = {}
+    extra = {} if graph else breakdown(model, kv, lanes, context, streams)
     if graph:
         g = kv.__dict__["_decode_graphs"][id(model)]
         extra["replay_ms"] = g.replay_ms()
@@ -87,6 +87,47 @@ def ours(
 
 
 _models: dict[str, Any] = {}
+
+
+def _gpu_ms(fn: Any, reps: int = 20) -> float:
+    import cupy as cp
+
+    fn()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    end.synchronize()
+    return cp.cuda.get_elapsed_time(start, end) / reps
+
+
+def breakdown(model: Any, kv: Any, lanes: list, context: int, streams: int) -> dict[str, float]:
+    """GPU (and launch) ms of one decode step's parts at `streams` rows, eager: the four
+    weight GEMMs of a layer times the layers, the head, and one layer's attention times the
+    layers."""
+    import cupy as cp
+
+    from engine.ops.base import KVSegment
+
+    ops, cfg, layer = model.ops, model.config, model.layers[0]
+    out: dict[str, float] = {}
+    for name in ("qkv", "o", "gate_up", "down"):
+        w = getattr(layer, name)
+        x = cp.ones((streams, w.k), dtype=cp.float32)
+        out[f"gemm_{name}_ms_x_layers"] = (
+            _gpu_ms(lambda x=x, w=w: ops.linear(x, w)) * cfg.num_layers
+        )
+    x = cp.ones((streams, cfg.hidden_size), dtype=cp.float32)
+    out["gemm_head_ms"] = _gpu_ms(lambda: ops.linear(x, model.lm_head))
+    q = cp.ones((streams, cfg.num_heads, cfg.head_dim), dtype=cp.float32)
+    k = cp.ones((streams, cfg.num_kv_heads, cfg.head_dim), dtype=cp.float32)
+    segs = [KVSegment(i, lanes[i], context - 1, 1) for i in range(streams)]
+    pos = np.full(streams, context - 1)
+    out["attention_ms_x_layers"] = cfg.num_layers * _gpu_ms(
+        lambda: kv.store_attend(0, segs, pos, q, k, k)
+    )
+    return out
 
 
 def _cached_model(spec: str, load: Any) -> Any:

@@ -92,44 +92,46 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
     float* qs = sh;
     float* ps = sh + D;
     float* red = sh + 2 * D;
+    float* kex = sh + 3 * D;
+    float* vex = sh + 4 * D;
+    int* rows = (int*)(sh + 5 * D);  // (slot * hkv + kv head) of each key of the chunk
     const int r = blockIdx.x, h = blockIdx.y, kvh = h / (hq / hkv);
     const int* pages = ptab + poff[r];
     const int last = last_pos[r];
     qs[t] = q[((long long)r * hq + h) * D + t] * scale;
-    __syncthreads();
     float m = NEG_INF, l = 0.0f, acc = 0.0f;
     for (int c0 = 0; c0 <= last; c0 += D) {
-        for (int jj = warp; jj < D; jj += nwarps) {
-            int j = c0 + jj;
-            float s = NEG_INF;
-            if (j <= last) {  // the same for every lane of the warp
-                long long kr = ((long long)pages[j / page_rows] * page_rows + j % page_rows) * hkv + kvh;
-                float ex = KIND == KIND_FP8 ? (float)ke[kr] : 0.0f;
-                float part = 0.0f;
-                for (int i = 0; i < per; ++i) {
-                    int d = lane * per + i;
-                    part = part + qs[d] * load_code<KIND>(kc, kr * D + d, ex);
-                }
-                for (int off = 16; off > 0; off >>= 1) part = part + __shfl_down_sync(0xffffffffu, part, off);
-                s = part;
+        const int j = c0 + t;
+        if (j <= last) {
+            int row = (pages[j / page_rows] * page_rows + j % page_rows) * hkv + kvh;
+            rows[t] = row;
+            if (KIND == KIND_FP8) {
+                kex[t] = (float)ke[row];
+                vex[t] = (float)ve[row];
             }
-            if (lane == 0) ps[jj] = s;
         }
         __syncthreads();
-        const int j = c0 + t;
-        const float s = ps[t];
+        for (int jj = warp; jj < D && c0 + jj <= last; jj += nwarps) {
+            const long long base = (long long)rows[jj] * D + lane * per;
+            const float ex = KIND == KIND_FP8 ? kex[jj] : 0.0f;
+            float part = 0.0f;
+            for (int i = 0; i < per; ++i) part = part + qs[lane * per + i] * load_code<KIND>(kc, base + i, ex);
+            for (int off = 16; off > 0; off >>= 1) part = part + __shfl_down_sync(0xffffffffu, part, off);
+            if (lane == 0) ps[jj] = part;
+        }
+        __syncthreads();
+        const float s = j <= last ? ps[t] : NEG_INF;
         float m_new = fmaxf(m, tree_max(red, s));
         float p = j <= last ? expf(s - m_new) : 0.0f;
         ps[t] = p;
         float psum = tree_sum(red, p);  // its barriers also order ps[] before the reads below
         float alpha = expf(m - m_new);  // 0 on the first chunk
-        int cn = min(D, last - c0 + 1);
+        const int cn = min(D, last - c0 + 1);
         float a = 0.0f;
+#pragma unroll 8
         for (int jj = 0; jj < cn; ++jj) {
-            int k2 = c0 + jj;
-            long long vr = ((long long)pages[k2 / page_rows] * page_rows + k2 % page_rows) * hkv + kvh;
-            float ex = KIND == KIND_FP8 ? (float)ve[vr] : 0.0f;
-            a = a + ps[jj] * load_code<KIND>(vc, vr * D + t, ex);
+            const float ex = KIND == KIND_FP8 ? vex[jj] : 0.0f;
+            a = a + ps[jj] * load_code<KIND>(vc, (long long)rows[jj] * D + t, ex);
         }
         l = l * alpha + psum;
         acc = acc * alpha + a;
