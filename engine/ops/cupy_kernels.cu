@@ -9,6 +9,7 @@
 #define KIND_BF16 1
 #define KIND_FP8 2
 #define NEG_INF __int_as_float(0xff800000)
+#define ATT_G 8  // keys in flight per warp (scores) and partial sums per thread (values)
 
 __device__ __forceinline__ unsigned short f32_to_bf16(float f) {
     unsigned int u = __float_as_uint(f);
@@ -111,13 +112,28 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
             }
         }
         __syncthreads();
-        for (int jj = warp; jj < D && c0 + jj <= last; jj += nwarps) {
-            const long long base = (long long)rows[jj] * D + lane * per;
-            const float ex = KIND == KIND_FP8 ? kex[jj] : 0.0f;
-            float part = 0.0f;
-            for (int i = 0; i < per; ++i) part = part + qs[lane * per + i] * load_code<KIND>(kc, base + i, ex);
-            for (int off = 16; off > 0; off >>= 1) part = part + __shfl_down_sync(0xffffffffu, part, off);
-            if (lane == 0) ps[jj] = part;
+        // ATT_G keys per warp at once, so their loads are in flight together; each key's
+        // sum is the same: lane dims in order, then the shuffle tree
+        for (int jb = warp; jb < D && c0 + jb <= last; jb += nwarps * ATT_G) {
+            float part[ATT_G];
+#pragma unroll
+            for (int g = 0; g < ATT_G; ++g) {
+                const int jj = jb + g * nwarps;
+                part[g] = 0.0f;
+                if (jj < D && c0 + jj <= last) {
+                    const long long base = (long long)rows[jj] * D + lane * per;
+                    const float ex = KIND == KIND_FP8 ? kex[jj] : 0.0f;
+                    for (int i = 0; i < per; ++i)
+                        part[g] = part[g] + qs[lane * per + i] * load_code<KIND>(kc, base + i, ex);
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < ATT_G; ++g) {
+                for (int off = 16; off > 0; off >>= 1)
+                    part[g] = part[g] + __shfl_down_sync(0xffffffffu, part[g], off);
+                const int jj = jb + g * nwarps;
+                if (lane == 0 && jj < D) ps[jj] = part[g];
+            }
         }
         __syncthreads();
         const float s = j <= last ? ps[t] : NEG_INF;
@@ -127,14 +143,26 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         float psum = tree_sum(red, p);  // its barriers also order ps[] before the reads below
         float alpha = expf(m - m_new);  // 0 on the first chunk
         const int cn = min(D, last - c0 + 1);
-        float a = 0.0f;
-#pragma unroll 8
-        for (int jj = 0; jj < cn; ++jj) {
-            const float ex = KIND == KIND_FP8 ? vex[jj] : 0.0f;
-            a = a + ps[jj] * load_code<KIND>(vc, (long long)rows[jj] * D + t, ex);
+        // ATT_G interleaved partial sums (key jj goes to jj % ATT_G), merged by a fixed tree
+        float a[ATT_G];
+#pragma unroll
+        for (int g = 0; g < ATT_G; ++g) a[g] = 0.0f;
+        for (int jb = 0; jb < cn; jb += ATT_G) {
+#pragma unroll
+            for (int g = 0; g < ATT_G; ++g) {
+                const int jj = jb + g;
+                if (jj < cn) {
+                    const float ex = KIND == KIND_FP8 ? vex[jj] : 0.0f;
+                    a[g] = a[g] + ps[jj] * load_code<KIND>(vc, (long long)rows[jj] * D + t, ex);
+                }
+            }
         }
+#pragma unroll
+        for (int w = ATT_G / 2; w > 0; w >>= 1)
+#pragma unroll
+            for (int g = 0; g < w; ++g) a[g] = a[g] + a[g + w];
         l = l * alpha + psum;
-        acc = acc * alpha + a;
+        acc = acc * alpha + a[0];
         m = m_new;
         __syncthreads();
     }
