@@ -90,14 +90,33 @@ _models: dict[str, Any] = {}
 
 
 def _gpu_ms(fn: Any, reps: int = 20) -> float:
+    """GPU ms of one fn() call: `reps` calls captured in one CUDA graph, then replayed."""
     import cupy as cp
 
-    fn()
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    for _ in range(reps):
+    stream = cp.cuda.Stream(non_blocking=True)
+    pool = cp.get_default_memory_pool()
+    keep: list[Any] = []
+
+    def alloc(size: int) -> Any:
+        keep.append(pool.malloc(size))
+        return keep[-1]
+
+    with stream:
         fn()
-    end.record()
+        stream.synchronize()
+        cp.cuda.set_allocator(alloc)
+        try:
+            stream.begin_capture()
+            for _ in range(reps):
+                fn()
+            graph = stream.end_capture()
+        finally:
+            cp.cuda.set_allocator(pool.malloc)
+    graph.launch(stream)
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    start.record(stream)
+    graph.launch(stream)
+    end.record(stream)
     end.synchronize()
     return cp.cuda.get_elapsed_time(start, end) / reps
 
@@ -124,9 +143,31 @@ def breakdown(model: Any, kv: Any, lanes: list, context: int, streams: int) -> d
     k = cp.ones((streams, cfg.num_kv_heads, cfg.head_dim), dtype=cp.float32)
     segs = [KVSegment(i, lanes[i], context - 1, 1) for i in range(streams)]
     pos = np.full(streams, context - 1)
+    kv.store_attend(0, segs, pos, q, k, k)  # the forward's per-step arrays, for the parts
     out["attention_ms_x_layers"] = cfg.num_layers * _gpu_ms(
-        lambda: kv.store_attend(0, segs, pos, q, k, k)
+        lambda: kv.ops.attend(
+            kv.kind, q, kv.k[0], kv.v[0], None, None, kv._meta[1:] + (kv.page_rows,)
+        )
     )
+    slots = kv._meta[0]
+    out["kv_store_ms_x_layers"] = (
+        2 * cfg.num_layers * _gpu_ms(lambda: kv.store(k, slots, kv.k[0], None))
+    )
+    h = cp.ones((streams, cfg.hidden_size), dtype=cp.float32)
+    out["rms_norm_ms_x_layers"] = (
+        2 * cfg.num_layers * _gpu_ms(lambda: ops.rms_norm(h, layer.in_norm, 1e-6))
+    )
+    out["qk_norm_ms_x_layers"] = (
+        2 * cfg.num_layers * _gpu_ms(lambda: ops.rms_norm(q, layer.q_norm, 1e-6))
+    )
+    cos = cp.ones((streams, cfg.head_dim // 2), dtype=cp.float32)
+    out["rope_ms_x_layers"] = 2 * cfg.num_layers * _gpu_ms(lambda: ops.rope(q, cos, cos))
+    gu = cp.ones((streams, 2 * cfg.intermediate_size), dtype=cp.float32)
+    inter = cfg.intermediate_size
+    out["silu_ms_x_layers"] = cfg.num_layers * _gpu_ms(
+        lambda: ops.silu_mul(gu[:, :inter], gu[:, inter:])
+    )
+    out["add_ms_x_layers"] = 2 * cfg.num_layers * _gpu_ms(lambda: ops.add(h, h))
     return out
 
 
