@@ -9,7 +9,8 @@
 #define KIND_BF16 1
 #define KIND_FP8 2
 #define NEG_INF __int_as_float(0xff800000)
-#define ATT_G 8  // keys in flight per warp (scores) and partial sums per thread (values)
+#define ATT_G 8    // keys in flight per warp when scoring
+#define ATT_GV 32  // partial sums per thread over the values (their loads in flight together)
 
 __device__ __forceinline__ unsigned short f32_to_bf16(float f) {
     unsigned int u = __float_as_uint(f);
@@ -143,22 +144,24 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         float psum = tree_sum(red, p);  // its barriers also order ps[] before the reads below
         float alpha = expf(m - m_new);  // 0 on the first chunk
         const int cn = min(D, last - c0 + 1);
-        // ATT_G interleaved partial sums (key jj goes to jj % ATT_G), merged by a fixed tree
-        float a[ATT_G];
+        // ATT_GV interleaved partial sums (key jj goes to jj % ATT_GV), merged by a fixed tree
+        float a[ATT_GV];
 #pragma unroll
-        for (int g = 0; g < ATT_G; ++g) a[g] = 0.0f;
-        for (int jb = 0; jb < cn; jb += ATT_G) {
+        for (int g = 0; g < ATT_GV; ++g) a[g] = 0.0f;
+        for (int jb = 0; jb < cn; jb += ATT_GV) {
+            float vals[ATT_GV];
 #pragma unroll
-            for (int g = 0; g < ATT_G; ++g) {
+            for (int g = 0; g < ATT_GV; ++g) {
                 const int jj = jb + g;
-                if (jj < cn) {
-                    const float ex = KIND == KIND_FP8 ? vex[jj] : 0.0f;
-                    a[g] = a[g] + ps[jj] * load_code<KIND>(vc, (long long)rows[jj] * D + t, ex);
-                }
+                const float ex = KIND == KIND_FP8 ? vex[jj] : 0.0f;
+                vals[g] = jj < cn ? load_code<KIND>(vc, (long long)rows[jj] * D + t, ex) : 0.0f;
             }
+#pragma unroll
+            for (int g = 0; g < ATT_GV; ++g)
+                if (jb + g < cn) a[g] = a[g] + ps[jb + g] * vals[g];
         }
 #pragma unroll
-        for (int w = ATT_G / 2; w > 0; w >>= 1)
+        for (int w = ATT_GV / 2; w > 0; w >>= 1)
 #pragma unroll
             for (int g = 0; g < w; ++g) a[g] = a[g] + a[g + w];
         l = l * alpha + psum;

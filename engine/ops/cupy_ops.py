@@ -17,6 +17,7 @@ Activations are float32 cupy arrays on the device.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,10 +74,11 @@ def _unit_cols(a: Any) -> Any:
 class CupyOps:
     name = "cupy"
 
-    def __init__(self, row_tile: int = 8, probe: bool = True) -> None:
+    def __init__(self, row_tile: int = 0, probe: bool = True) -> None:
         from engine.ops.cupy_blas import Cublas
 
-        self.row_tile = row_tile
+        # the tile changes which GEMM kernel runs, hence the bits: one value per deployment
+        self.row_tile = row_tile or int(os.environ.get("ENGINE_CUPY_ROW_TILE", "8"))
         self.probe = probe
         self.key_block = 0  # attention chunks are head_dim keys long (see the kernel)
         self.module = cp.RawModule(code=_SOURCE.read_text(), options=("-std=c++17",))
