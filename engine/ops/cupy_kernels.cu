@@ -10,6 +10,7 @@
 #define KIND_FP8 2
 #define NEG_INF __int_as_float(0xff800000)
 #define ATT_G 8    // keys in flight per warp when scoring
+#define ATT_NG 4   // groups of D threads per block, each taking every ATT_NG-th chunk of keys
 #define ATT_GV 32  // partial sums per thread over the values (their loads in flight together)
 
 __device__ __forceinline__ unsigned short f32_to_bf16(float f) {
@@ -75,36 +76,70 @@ __device__ __forceinline__ float tree_max(float* red, float v) {
     return out;
 }
 
-// Causal attention of q [n, Hq, D] over keys stored in pages, one block per (row, q head),
-// blockDim.x == D (a power of two, a multiple of 32). Row r sees keys 0..last[r] of its
-// stream, found through its page list ptab[poff[r]..]. Keys are taken in chunks of D at
-// absolute positions. Per chunk: each warp scores every nwarps-th key (each lane sums its
-// D/32 adjacent dimensions in order, then a fixed shuffle tree over the lanes), a tree max
-// and a tree sum over the chunk, then each thread accumulates its output dimension over the
-// chunk's keys in order (online softmax, rescaled once per chunk). The order depends only on
-// last[r] and D, never on other rows.
+// Trees over one group's D values (D a power of two; t the thread's index in its group). Every
+// thread of the block calls them the same number of times: their barriers are block-wide.
+__device__ __forceinline__ float group_max(float* red, int t, int D, float v) {
+    red[t] = v;
+    __syncthreads();
+    for (int s = D >> 1; s > 0; s >>= 1) {
+        if (t < s) red[t] = fmaxf(red[t], red[t + s]);
+        __syncthreads();
+    }
+    float out = red[0];
+    __syncthreads();
+    return out;
+}
+
+__device__ __forceinline__ float group_sum(float* red, int t, int D, float v) {
+    red[t] = v;
+    __syncthreads();
+    for (int s = D >> 1; s > 0; s >>= 1) {
+        if (t < s) red[t] = red[t] + red[t + s];
+        __syncthreads();
+    }
+    float out = red[0];
+    __syncthreads();
+    return out;
+}
+
+// Causal attention of q [n, Hq, D] over keys stored in pages, one block per (row, q head) of
+// ATT_NG groups of D threads (D a power of two, a multiple of 32). Row r sees keys 0..last[r]
+// of its stream, through its page list ptab[poff[r]..]. Keys are cut into chunks of D at
+// absolute positions; chunk c belongs to group c % ATT_NG, which takes its chunks in order
+// with an online softmax. Per chunk: each warp scores every nwarps-th key (each lane sums its
+// D/32 adjacent dimensions in order, then a fixed shuffle tree), a tree max and a tree sum,
+// then each thread accumulates its output dimension over the chunk's keys (ATT_GV
+// interleaved partial sums, merged by a fixed tree). At the end the groups' (max, sum,
+// output) merge in group order. Every order depends on last[r] and D alone, never on other
+// rows; no atomics, nothing split across blocks.
 template <int KIND>
 __device__ void attend_paged(const float* q, const void* kc, const void* vc,
                              const signed char* ke, const signed char* ve, const int* ptab,
                              const int* poff, const int* last_pos, float* out, int hq, int hkv,
                              int page_rows, float scale) {
     extern __shared__ float sh[];
-    const int D = blockDim.x, t = threadIdx.x, lane = t & 31, warp = t >> 5;
-    const int nwarps = D >> 5, per = D >> 5;
+    const int D = blockDim.x / ATT_NG, g = threadIdx.x / D, t = threadIdx.x % D;
+    const int lane = t & 31, warp = t >> 5, nwarps = D >> 5, per = D >> 5;
+    const int GD = ATT_NG * D;
     float* qs = sh;
-    float* ps = sh + D;
-    float* red = sh + 2 * D;
-    float* kex = sh + 3 * D;
-    float* vex = sh + 4 * D;
-    int* rows = (int*)(sh + 5 * D);  // (slot * hkv + kv head) of each key of the chunk
+    float* ps = sh + D + g * D;
+    float* red = sh + D + GD + g * D;
+    float* kex = sh + D + 2 * GD + g * D;
+    float* vex = sh + D + 3 * GD + g * D;
+    int* rows = (int*)(sh + D + 4 * GD) + g * D;  // (slot * hkv + kv head) of the chunk's keys
+    float* ms = sh + D + 5 * GD;
+    float* ls = ms + ATT_NG;
     const int r = blockIdx.x, h = blockIdx.y, kvh = h / (hq / hkv);
     const int* pages = ptab + poff[r];
     const int last = last_pos[r];
-    qs[t] = q[((long long)r * hq + h) * D + t] * scale;
+    if (g == 0) qs[t] = q[((long long)r * hq + h) * D + t] * scale;
     float m = NEG_INF, l = 0.0f, acc = 0.0f;
-    for (int c0 = 0; c0 <= last; c0 += D) {
+    const int nchunks = last / D + 1;
+    for (int it = 0; it * ATT_NG < nchunks; ++it) {
+        const int c0 = (it * ATT_NG + g) * D;
+        const bool live = c0 <= last;  // the same for the whole group
         const int j = c0 + t;
-        if (j <= last) {
+        if (live && j <= last) {
             int row = (pages[j / page_rows] * page_rows + j % page_rows) * hkv + kvh;
             rows[t] = row;
             if (KIND == KIND_FP8) {
@@ -113,63 +148,82 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
             }
         }
         __syncthreads();
-        // ATT_G keys per warp at once, so their loads are in flight together; each key's
-        // sum is the same: lane dims in order, then the shuffle tree
-        for (int jb = warp; jb < D && c0 + jb <= last; jb += nwarps * ATT_G) {
-            float part[ATT_G];
+        if (live) {
+            for (int jb = warp; jb < D && c0 + jb <= last; jb += nwarps * ATT_G) {
+                float part[ATT_G];
 #pragma unroll
-            for (int g = 0; g < ATT_G; ++g) {
-                const int jj = jb + g * nwarps;
-                part[g] = 0.0f;
-                if (jj < D && c0 + jj <= last) {
-                    const long long base = (long long)rows[jj] * D + lane * per;
-                    const float ex = KIND == KIND_FP8 ? kex[jj] : 0.0f;
-                    for (int i = 0; i < per; ++i)
-                        part[g] = part[g] + qs[lane * per + i] * load_code<KIND>(kc, base + i, ex);
+                for (int gg = 0; gg < ATT_G; ++gg) {
+                    const int jj = jb + gg * nwarps;
+                    part[gg] = 0.0f;
+                    if (jj < D && c0 + jj <= last) {
+                        const long long base = (long long)rows[jj] * D + lane * per;
+                        const float ex = KIND == KIND_FP8 ? kex[jj] : 0.0f;
+                        for (int i = 0; i < per; ++i)
+                            part[gg] = part[gg] + qs[lane * per + i] * load_code<KIND>(kc, base + i, ex);
+                    }
+                }
+#pragma unroll
+                for (int gg = 0; gg < ATT_G; ++gg) {
+                    for (int off = 16; off > 0; off >>= 1)
+                        part[gg] = part[gg] + __shfl_down_sync(0xffffffffu, part[gg], off);
+                    const int jj = jb + gg * nwarps;
+                    if (lane == 0 && jj < D) ps[jj] = part[gg];
                 }
             }
-#pragma unroll
-            for (int g = 0; g < ATT_G; ++g) {
-                for (int off = 16; off > 0; off >>= 1)
-                    part[g] = part[g] + __shfl_down_sync(0xffffffffu, part[g], off);
-                const int jj = jb + g * nwarps;
-                if (lane == 0 && jj < D) ps[jj] = part[g];
-            }
         }
         __syncthreads();
-        const float s = j <= last ? ps[t] : NEG_INF;
-        float m_new = fmaxf(m, tree_max(red, s));
-        float p = j <= last ? expf(s - m_new) : 0.0f;
+        const bool seen = live && j <= last;
+        const float s = seen ? ps[t] : NEG_INF;
+        const float chunk_max = group_max(red, t, D, s);  // every group joins the barriers
+        const float m_new = live ? fmaxf(m, chunk_max) : m;
+        const float p = seen ? expf(s - m_new) : 0.0f;
         ps[t] = p;
-        float psum = tree_sum(red, p);  // its barriers also order ps[] before the reads below
-        float alpha = expf(m - m_new);  // 0 on the first chunk
-        const int cn = min(D, last - c0 + 1);
-        // ATT_GV interleaved partial sums (key jj goes to jj % ATT_GV), merged by a fixed tree
-        float a[ATT_GV];
+        const float psum = group_sum(red, t, D, p);  // its barriers order ps[] for the reads below
+        if (live) {
+            const float alpha = expf(m - m_new);  // 0 on the group's first chunk
+            const int cn = min(D, last - c0 + 1);
+            float a[ATT_GV];
 #pragma unroll
-        for (int g = 0; g < ATT_GV; ++g) a[g] = 0.0f;
-        for (int jb = 0; jb < cn; jb += ATT_GV) {
-            float vals[ATT_GV];
+            for (int gg = 0; gg < ATT_GV; ++gg) a[gg] = 0.0f;
+            for (int jb = 0; jb < cn; jb += ATT_GV) {
+                float vals[ATT_GV];
 #pragma unroll
-            for (int g = 0; g < ATT_GV; ++g) {
-                const int jj = jb + g;
-                const float ex = KIND == KIND_FP8 ? vex[jj] : 0.0f;
-                vals[g] = jj < cn ? load_code<KIND>(vc, (long long)rows[jj] * D + t, ex) : 0.0f;
+                for (int gg = 0; gg < ATT_GV; ++gg) {
+                    const int jj = jb + gg;
+                    const float ex = KIND == KIND_FP8 && jj < cn ? vex[jj] : 0.0f;
+                    vals[gg] = jj < cn ? load_code<KIND>(vc, (long long)rows[jj] * D + t, ex) : 0.0f;
+                }
+#pragma unroll
+                for (int gg = 0; gg < ATT_GV; ++gg)
+                    if (jb + gg < cn) a[gg] = a[gg] + ps[jb + gg] * vals[gg];
             }
 #pragma unroll
-            for (int g = 0; g < ATT_GV; ++g)
-                if (jb + g < cn) a[g] = a[g] + ps[jb + g] * vals[g];
+            for (int w = ATT_GV / 2; w > 0; w >>= 1)
+#pragma unroll
+                for (int gg = 0; gg < w; ++gg) a[gg] = a[gg] + a[gg + w];
+            l = l * alpha + psum;
+            acc = acc * alpha + a[0];
+            m = m_new;
         }
-#pragma unroll
-        for (int w = ATT_GV / 2; w > 0; w >>= 1)
-#pragma unroll
-            for (int g = 0; g < w; ++g) a[g] = a[g] + a[g + w];
-        l = l * alpha + psum;
-        acc = acc * alpha + a[0];
-        m = m_new;
         __syncthreads();
     }
-    out[((long long)r * hq + h) * D + t] = acc / l;
+    if (t == 0) {
+        ms[g] = m;
+        ls[g] = l;
+    }
+    sh[D + g * D + t] = acc;  // the groups' outputs, over their ps[] (no longer read)
+    __syncthreads();
+    if (g == 0) {
+        float big = ms[0];
+        for (int k = 1; k < ATT_NG; ++k) big = fmaxf(big, ms[k]);
+        float total = 0.0f, sum = 0.0f;
+        for (int k = 0; k < ATT_NG; ++k) {  // a group with no keys has m = -inf: weight 0
+            const float w = expf(ms[k] - big);
+            total = total + ls[k] * w;
+            sum = sum + sh[D + k * D + t] * w;
+        }
+        out[((long long)r * hq + h) * D + t] = sum / total;
+    }
 }
 
 extern "C" {

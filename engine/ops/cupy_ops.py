@@ -209,7 +209,9 @@ class CupyOps:
             ve = ve if ve is not None else poff
             sizes = (np.int32(hq), np.int32(hkv), np.int32(page_rows))
             args = (q, kc, vc, ke, ve, ptab, poff, last, out, *sizes, np.float32(1.0 / np.sqrt(d)))
-            self.attend_k[kind]((n, hq), (d,), args, shared_mem=6 * d * 4)
+            ng = 4  # ATT_NG in cupy_kernels.cu
+            shared = (d + 5 * ng * d + 2 * ng) * 4
+            self.attend_k[kind]((n, hq), (d * ng,), args, shared_mem=shared)
         return out
 
     def attention(self, q: Any, k: Any, v: Any, q_pos: np.ndarray) -> Any:
