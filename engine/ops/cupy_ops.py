@@ -231,6 +231,13 @@ class CupyOps:
     def attention_many(self, items: list[tuple]) -> list[Any]:
         return [self.attention(*item) for item in items]
 
+    def decode_step(self, model: Any, segments: list[Any], kv: Any, taps: tuple = ()) -> Any:
+        """A plain decode step through one replayed CUDA graph (cupy_graph.py), or None where
+        the step is not one: the forward then runs eagerly, with the same bits."""
+        from engine.ops.cupy_graph import decode_step
+
+        return decode_step(model, segments, kv, taps)
+
     def new_kv(self, *shape_and_kind: object, **kw: object) -> object:
         from engine.ops.cupy_kv import CupyKV
 
