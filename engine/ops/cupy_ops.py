@@ -242,3 +242,8 @@ class CupyOps:
         from engine.ops.cupy_kv import CupyKV
 
         return CupyKV(self, *shape_and_kind, **kw)
+
+    def new_lanes(self, layers: int, lanes: int, rows: int, kv_heads: int, head_dim: int) -> object:
+        from engine.ops.cupy_lanes import CupyLanes
+
+        return CupyLanes(self, layers, lanes, rows, kv_heads, head_dim)
