@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-from pathlib import Path
 from typing import Any
 
 from engine.config import DRAFTERS, EngineConfig
@@ -13,7 +12,11 @@ from engine.kv.codec import KV_DTYPES
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="model directory (Hugging Face layout)")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="model directory (Hugging Face layout), or synthetic:qwen3-0.6b[@seed]",
+    )
     p.add_argument("--backend", default="numpy", help="numpy | mlx | cupy | fake")
 
 
@@ -53,11 +56,13 @@ def engine_config(args: argparse.Namespace, **overrides: Any) -> EngineConfig:
 
 def load(args: argparse.Namespace) -> tuple[Any, Any]:
     """(model, tokenizer or None) for --model on --backend."""
+    from engine.model import synthetic
     from engine.model.loader import load_model
     from engine.model.tokenizer import Tokenizer
 
-    model = load_model(args.model, args.backend)
-    tokenizer = Tokenizer(args.model) if (Path(args.model) / "tokenizer.json").is_file() else None
+    model_dir = synthetic.resolve(args.model)
+    model = load_model(model_dir, args.backend)
+    tokenizer = Tokenizer(model_dir) if (model_dir / "tokenizer.json").is_file() else None
     return model, tokenizer
 
 

@@ -10,6 +10,10 @@ from engine.model.config import ModelConfig
 
 
 def load_model(model_dir: str | Path, backend: str = "numpy") -> Any:
+    """`model_dir` is a directory or a `synthetic:<shape>[@seed]` spec (engine.model.synthetic)."""
+    from engine.model import synthetic
+
+    model_dir = synthetic.resolve(model_dir)
     if not Path(model_dir).is_dir():
         raise InputError(f"{model_dir}: model directory not found")
     config = ModelConfig.from_dir(model_dir)

@@ -20,20 +20,40 @@ def get_ops(name: str) -> Ops:
             raise InputError(f"--backend mlx: mlx is not installed ({exc})") from None
         return MlxOps()
     if name == "cupy":
-        try:
-            from engine.ops.cupy_ops import CupyOps
-        except ImportError as exc:
-            raise InputError(f"--backend cupy: cupy is not installed ({exc})") from None
+        problem = cupy_problem()
+        if problem:
+            raise InputError(f"--backend cupy: {problem}")
+        from engine.ops.cupy_ops import CupyOps
+
         return CupyOps()
     raise InputError(f"--backend: unknown backend '{name}' (choose from {', '.join(BACKENDS)})")
 
 
+def cupy_problem() -> str | None:
+    """Why the cupy backend cannot run here (None: it can): cupy missing, no CUDA device,
+    or a device that fails a first kernel."""
+    try:
+        import cupy
+    except ImportError as exc:
+        return f"cupy is not installed ({exc}); pip install 'exact-engine[cuda]'"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "cupy is installed but sees no CUDA device"
+        if int((cupy.arange(4, dtype=cupy.int32) + 1).sum()) != 10:
+            return "cupy is installed but a first kernel gave a wrong result"
+    except Exception as exc:  # CUDARuntimeError, CompileException, missing driver libraries
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"cupy is installed but CUDA does not work here ({first})"
+    return None
+
+
 def available_backends() -> list[str]:
     names = ["numpy"]
-    for name, module in (("mlx", "mlx.core"), ("cupy", "cupy")):
-        try:
-            __import__(module)
-            names.append(name)
-        except ImportError:
-            pass
+    try:
+        __import__("mlx.core")
+        names.append("mlx")
+    except ImportError:
+        pass
+    if cupy_problem() is None:
+        names.append("cupy")
     return names

@@ -1,0 +1,158 @@
+"""The decode step of the cupy backend as one CUDA graph, captured once and replayed.
+
+A decode step (every segment one token, logits of that token) always runs at `rows` =
+`ops.row_tile` rows: the streams' rows first, then padded rows whose K/V go to the KV
+memory's scratch page. The graph runs exactly the kernels of the eager forward at that row
+count (the eager linear pads to the same tile; norms, RoPE and attention work per row), so
+replay gives the eager bits, which tests/engine/test_cupy_backend.py checks.
+
+Inputs live in fixed device buffers (token ids, RoPE rows, slots, page lists, positions)
+that each step overwrites before the replay. Every buffer the captured work allocates is
+kept for the graph's lifetime: memory freed after capture could be handed out again and
+overwritten by a replay.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cupy as cp
+import cupyx
+import numpy as np
+
+from engine.model.qwen3 import SegmentOut, decoder_layer
+
+
+def decode_step(model: Any, segments: list[Any], kv: Any, taps: tuple[int, ...] = ()) -> Any:
+    """The forward's outputs through the graph, or None where this step is no plain decode
+    step of at most `row_tile` streams (the caller then runs the eager forward)."""
+    ops = model.ops
+    if taps or not segments or len(segments) > ops.row_tile:
+        return None
+    for s in segments:
+        if len(s.tokens) != 1 or list(np.asarray(s.logit_rows)) != [0]:
+            return None
+        if -(-(s.start + 1) // kv.page_rows) > kv.lane_pages:
+            return None
+        if s.start >= model.config.max_position_embeddings:
+            return None
+    graphs = kv.__dict__.setdefault("_decode_graphs", {})
+    graph = graphs.get(id(model))
+    if graph is None:
+        graph = graphs[id(model)] = DecodeGraph(model, kv, ops.row_tile)
+    logits, hidden = graph.run(segments)
+    return [
+        SegmentOut(logits=logits[i : i + 1], hidden=hidden[i : i + 1], taps={}, start=s.start)
+        for i, s in enumerate(segments)
+    ]
+
+
+class DecodeGraph:
+    def __init__(self, model: Any, kv: Any, rows: int) -> None:
+        self.model, self.kv, self.rows = model, kv, rows
+        cfg = model.config
+        half = cfg.head_dim // 2
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.ids = cp.zeros(rows, dtype=cp.int64)
+        self.cos = cp.zeros((rows, half), dtype=cp.float32)
+        self.sin = cp.zeros((rows, half), dtype=cp.float32)
+        self.slots = cp.zeros(rows, dtype=cp.int64)
+        self.ptab = cp.zeros(rows * kv.lane_pages, dtype=cp.int32)
+        self.poff = cp.asarray(np.arange(rows, dtype=np.int32) * kv.lane_pages)
+        self.last = cp.zeros(rows, dtype=cp.int32)
+        self.graph = None
+        self.keep: list[Any] = []
+        self.out: tuple[Any, Any] | None = None
+        self.host: np.ndarray | None = None
+
+    def _fill(self, segments: list[Any]) -> None:
+        """Write the step's inputs into the fixed buffers (on the graph's stream)."""
+        kv, m, n, r = self.kv, self.model, len(segments), self.rows
+        pos = np.zeros(r, dtype=np.int64)
+        pos[:n] = [s.start for s in segments]
+        ids = np.zeros(r, dtype=np.int64)
+        ids[:n] = [int(s.tokens[0]) for s in segments]
+        ptab = np.full((r, kv.lane_pages), kv.scratch, dtype=np.int32)
+        slots = np.full(r, kv.scratch * kv.page_rows, dtype=np.int64)
+        for i, s in enumerate(segments):
+            used = -(-(s.start + 1) // kv.page_rows)
+            ptab[i, :used] = s.pages[:used]
+            slots[i] = s.pages[s.start // kv.page_rows] * kv.page_rows + s.start % kv.page_rows
+        last = pos.astype(np.int32)
+        last[n:] = 0
+        for dev, host in (
+            (self.ids, ids),
+            (self.cos, m.cos[pos]),
+            (self.sin, m.sin[pos]),
+            (self.slots, slots),
+            (self.ptab, ptab.reshape(-1)),
+            (self.last, last),
+        ):
+            dev.set(np.ascontiguousarray(host), stream=self.stream)
+
+    def _body(self) -> tuple[Any, Any]:
+        """The eager forward's work for `rows` rows, reading only the fixed buffers."""
+        m, kv, ops, cfg = self.model, self.kv, self.model.ops, self.model.config
+        meta = (self.ptab, self.poff, self.last, kv.page_rows)
+        x = ops.embed(m.embed, self.ids)
+        for li, layer in enumerate(m.layers):
+
+            def attend(q: Any, k: Any, v: Any, li: int = li) -> Any:
+                ke = kv.k_exp[li] if kv.k_exp else None
+                ve = kv.v_exp[li] if kv.v_exp else None
+                kv.store(k, self.slots, kv.k[li], ke)
+                kv.store(v, self.slots, kv.v[li], ve)
+                return ops.attend(kv.kind, q, kv.k[li], kv.v[li], ke, ve, meta)
+
+            x = decoder_layer(cfg, ops, layer, x, self.cos, self.sin, attend)
+        final = ops.rms_norm(x, m.norm, cfg.rms_norm_eps)
+        return ops.linear(final, m.lm_head), final
+
+    def _capture(self) -> None:
+        pool = cp.get_default_memory_pool()
+        keep: list[Any] = []
+
+        def alloc(size: int) -> Any:
+            mem = pool.malloc(size)
+            keep.append(mem)
+            return mem
+
+        with self.stream:
+            self._body()  # warm: cuBLAS follows this stream, kernels are loaded
+            self.stream.synchronize()
+            cp.cuda.set_allocator(alloc)
+            try:
+                self.stream.begin_capture()
+                self.out = self._body()
+                self.graph = self.stream.end_capture()
+            finally:
+                cp.cuda.set_allocator(pool.malloc)
+        self.keep = keep
+
+    def run(self, segments: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+        cp.cuda.get_current_stream().synchronize()  # eager work before this step is done
+        self._fill(segments)
+        if self.graph is None:
+            # capture writes K/V of the filled rows (twice: warm-up and capture itself);
+            # the replay below writes the same bytes again, so nothing is left over
+            self._capture()
+        self.graph.launch(self.stream)
+        logits, hidden = self.out
+        n = len(segments)
+        if self.host is None:  # page-locked: the copy back runs at full PCIe speed
+            self.host = cupyx.empty_pinned(logits.shape, dtype=np.float32)
+        logits[:n].get(stream=self.stream, out=self.host[:n])
+        hid = hidden[:n].get(stream=self.stream)
+        self.stream.synchronize()
+        return self.host[:n].copy(), hid
+
+    def replay_ms(self, reps: int = 50) -> float:
+        """GPU time of one replay alone (no inputs written, nothing copied back)."""
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        self.graph.launch(self.stream)
+        start.record(self.stream)
+        for _ in range(reps):
+            self.graph.launch(self.stream)
+        end.record(self.stream)
+        end.synchronize()
+        return cp.cuda.get_elapsed_time(start, end) / reps

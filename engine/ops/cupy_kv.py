@@ -1,0 +1,145 @@
+"""KV memory of the cupy backend: the encoded pages live on the device.
+
+Pages hold the codes of engine/kv/codec.py (bf16 bits, or fp8 e4m3 with an int8 power-of-two
+exponent per position and KV head, or f32), encoded by the kv_store kernel with the same
+bytes. Attention reads and decodes the codes straight from the pages through each row's page
+list, so there is no decoded copy per lane and `open_lane` has nothing to do: a reused prefix
+is read from the same pages, with the same bytes, as the stream that wrote it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cupy as cp
+import numpy as np
+
+from engine.errors import InputError
+from engine.kv import codec
+from engine.ops.base import KVSegment
+
+CODE_DTYPES = {"bf16": cp.uint16, "fp8": cp.uint8, "f32": cp.float32}
+
+
+class CupyKV:
+    def __init__(
+        self,
+        ops: Any,
+        layers: int,
+        pages: int,
+        page_rows: int,
+        kv_heads: int,
+        head_dim: int,
+        kind: str,
+        lanes: int,
+        lane_rows: int,
+    ) -> None:
+        if kind not in CODE_DTYPES:
+            raise InputError(f"--kv: '{kind}' is not supported by the cupy backend")
+        self.ops = ops
+        self.kind = kind
+        self.page_rows = page_rows
+        self.pages = pages
+        self.lane_pages = max(1, -(-lane_rows // page_rows))  # the most pages one stream holds
+        # slot = page * page_rows + row; one page more, `scratch`, takes the padded rows of a
+        # fixed-size step (cupy_graph.py), never a stream's
+        self.scratch = pages
+        shape = ((pages + 1) * page_rows, kv_heads, head_dim)
+        dt = CODE_DTYPES[kind]
+        self.k = [cp.zeros(shape, dtype=dt) for _ in range(layers)]
+        self.v = [cp.zeros(shape, dtype=dt) for _ in range(layers)]
+        self.k_exp = self.v_exp = None
+        if kind == "fp8":
+            self.k_exp = [cp.zeros(shape[:2], dtype=cp.int8) for _ in range(layers)]
+            self.v_exp = [cp.zeros(shape[:2], dtype=cp.int8) for _ in range(layers)]
+        self._key: tuple[Any, Any] | None = None
+        self._meta: tuple[Any, ...] = ()
+
+    @property
+    def bytes(self) -> int:
+        total = sum(a.nbytes for a in self.k + self.v)
+        if self.k_exp is not None:
+            total += sum(a.nbytes for a in self.k_exp + self.v_exp)
+        return total
+
+    def open_lane(self, lane: int, pages: list[int], rows: int) -> None:
+        """Attention reads the pages themselves: a reused prefix needs no copy."""
+
+    def read_codes(
+        self, layer: int, pages: list[int], length: int
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray | None]:
+        """The stored bytes of rows 0..length-1 on the host, in the codec's dtypes."""
+        pos = np.arange(length)
+        slots = cp.asarray(
+            np.asarray(pages, dtype=np.int64)[pos // self.page_rows] * self.page_rows
+            + pos % self.page_rows
+        )
+        dt = codec.code_dtype(self.kind)
+
+        def rows(a: Any, view: Any = None) -> np.ndarray | None:
+            if a is None:
+                return None
+            got = cp.asnumpy(a[slots])
+            return got.view(view) if view is not None else got
+
+        k_exp = self.k_exp[layer] if self.k_exp else None
+        v_exp = self.v_exp[layer] if self.v_exp else None
+        return rows(self.k[layer], dt), rows(k_exp), rows(self.v[layer], dt), rows(v_exp)
+
+    def _rows_meta(self, segments: list[KVSegment], positions: np.ndarray) -> tuple[Any, ...]:
+        """Device arrays for one forward: each new row's slot, and each row's page list
+        (offset into one flat table) and last visible position. The forward passes the same
+        list and array to every layer; holding them keeps the identity check sound."""
+        if self._key is not None and self._key[0] is segments and self._key[1] is positions:
+            return self._meta
+        pr = self.page_rows
+        slots, ptab, poff = [], [], []
+        for seg in segments:
+            pos = np.arange(seg.start, seg.start + seg.count)
+            pages = np.asarray(seg.pages, dtype=np.int64)
+            if len(pos) and pos[-1] // pr >= len(pages):
+                raise InputError(
+                    f"KV: rows up to position {pos[-1]} need more than the {len(pages)} pages given"
+                )
+            slots.append(pages[pos // pr] * pr + pos % pr)
+            poff.append(np.full(seg.count, len(ptab), dtype=np.int32))
+            ptab.extend(seg.pages)
+        meta = (
+            cp.asarray(np.concatenate(slots) if slots else np.zeros(0, np.int64)),
+            cp.asarray(np.asarray(ptab or [0], dtype=np.int32)),
+            cp.asarray(np.concatenate(poff) if poff else np.zeros(0, np.int32)),
+            cp.asarray(np.asarray(positions, dtype=np.int32)),
+        )
+        self._key, self._meta = (segments, positions), meta
+        return meta
+
+    def store_attend(
+        self,
+        layer: int,
+        segments: list[KVSegment],
+        positions: np.ndarray,
+        q: Any,
+        k: Any,
+        v: Any,
+    ) -> Any:
+        slots, ptab, poff, last = self._rows_meta(segments, positions)
+        for x, codes, exps in (
+            (k, self.k[layer], self.k_exp[layer] if self.k_exp else None),
+            (v, self.v[layer], self.v_exp[layer] if self.v_exp else None),
+        ):
+            self.store(x, slots, codes, exps)
+        ke = self.k_exp[layer] if self.k_exp else None
+        ve = self.v_exp[layer] if self.v_exp else None
+        meta = (ptab, poff, last, self.page_rows)
+        return self.ops.attend(self.kind, q, self.k[layer], self.v[layer], ke, ve, meta)
+
+    def store(self, x: Any, slots: Any, codes: Any, exps: Any) -> None:
+        """Encode rows x [n, Hkv, D] into `slots` of `codes` (and `exps` for fp8)."""
+        x = cp.ascontiguousarray(x, dtype=cp.float32)
+        n, hkv, d = x.shape
+        if n == 0:
+            return
+        from engine.ops.cupy_ops import KINDS
+
+        args = (x, slots, codes, exps if exps is not None else slots, np.int32(KINDS[self.kind]))
+        self.ops.k["kv_store"]((n, hkv), (d,), (*args, np.int32(hkv)), shared_mem=d * 4)

@@ -1,0 +1,55 @@
+"""Float32 K/V rows per lane and layer on the GPU (the drafters' own context rows).
+
+Each layer holds [lanes * rows, Hkv, D] float32: lane l's position p is slot l * rows + p,
+read by the same attention kernel as the KV pages (one "page" of `rows` rows per lane, kind
+f32). Rows past a query's position are never read, so a lane needs no clearing between
+streams: only rows a stream reads before writing them (see `zero`) must be set."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cupy as cp
+import numpy as np
+
+
+class CupyLanes:
+    def __init__(
+        self, ops: Any, layers: int, lanes: int, rows: int, kv_heads: int, head_dim: int
+    ) -> None:
+        self.ops = ops
+        self.rows = max(1, rows)
+        shape = (lanes * self.rows, kv_heads, head_dim)
+        self.k = [cp.zeros(shape, dtype=cp.float32) for _ in range(layers)]
+        self.v = [cp.zeros(shape, dtype=cp.float32) for _ in range(layers)]
+
+    @property
+    def bytes(self) -> int:
+        return sum(int(a.nbytes) for a in self.k + self.v)
+
+    def put(self, layer: int, lane: int, start: int, k: Any, v: Any) -> None:
+        """Rows k, v [n, Hkv, D] (numpy or cupy) at positions start.. of `lane`."""
+        a = lane * self.rows + start
+        n = len(k)
+        self.k[layer][a : a + n] = cp.asarray(k, dtype=cp.float32)
+        self.v[layer][a : a + n] = cp.asarray(v, dtype=cp.float32)
+
+    def zero(self, lane: int, rows: int) -> None:
+        if rows <= 0:
+            return
+        a = lane * self.rows
+        for layer in range(len(self.k)):
+            self.k[layer][a : a + rows] = 0.0
+            self.v[layer][a : a + rows] = 0.0
+
+    def attend(self, layer: int, lane: int, q: Any, q_pos: np.ndarray, length: int) -> Any:
+        """Attention of q [n, Hq, D] at positions q_pos over the lane's rows 0..length-1."""
+        n = q.shape[0]
+        last = np.minimum(np.asarray(q_pos, dtype=np.int64), length - 1).astype(np.int32)
+        meta = (
+            cp.asarray(np.asarray([lane], dtype=np.int32)),
+            cp.zeros(n, dtype=cp.int32),
+            cp.asarray(last),
+            self.rows,
+        )
+        return self.ops.attend("f32", q, self.k[layer], self.v[layer], None, None, meta)

@@ -1,0 +1,249 @@
+"""cupy backend (CUDA). Batch-invariant by construction:
+
+* linear layers: bf16 inputs and weights, f32 accumulation and output (cublasGemmEx with
+  CUBLAS_COMPUTE_32F), always at ONE row count, `row_tile`: the rows are cut into tiles of
+  that many rows (the last zero-padded) and each tile is its own GEMM of the same shape, so a
+  row meets the same kernel whether it runs alone or beside others. cuBLAS keeps a row's bits
+  at a fixed M whatever the other rows hold (measured on an H200, cuBLAS 13.1); not across M.
+  `probe_linear` checks this for every weight at load time and refuses to run where it fails.
+* RMSNorm, RoPE, SiLU-mul, the KV codec and attention are own kernels (cupy_kernels.cu) with
+  one fixed reduction order per row: one block per row, no atomics, no split reductions.
+* attention reads the K/V codes straight from the pages (cupy_kv.py), in chunks of head_dim
+  keys at absolute positions, so a row's result depends on its position and the stored
+  bytes alone.
+
+Activations are float32 cupy arrays on the device.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cupy as cp
+import ml_dtypes
+import numpy as np
+
+from engine.errors import EngineFailure
+
+F32 = cp.float32
+KINDS = {"f32": 0, "bf16": 1, "fp8": 2}
+_SOURCE = Path(__file__).with_name("cupy_kernels.cu")
+
+
+@dataclass
+class CupyWeight:
+    """A linear weight: bf16 bits [N, K] (nn.Linear layout) on the device; `shape` is
+    (in, out) like the other backends' prepared weights."""
+
+    data: Any
+    k: int
+    n: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.k, self.n)
+
+
+def device_info() -> dict[str, str]:
+    """GPU, driver, CUDA runtime and cuBLAS versions, for provenance."""
+    rt = cp.cuda.runtime
+    props = rt.getDeviceProperties(cp.cuda.Device().id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return {
+        "gpu": name,
+        "driver": str(rt.driverGetVersion()),
+        "cuda_runtime": str(rt.runtimeGetVersion()),
+        "cupy": cp.__version__,
+    }
+
+
+def _blocks(total: int, threads: int = 256) -> tuple[int, ...]:
+    return (max(1, -(-total // threads)),)
+
+
+def _unit_cols(a: Any) -> Any:
+    """A float32 2-D array whose columns are adjacent (rows may be apart)."""
+    if a.dtype != F32 or a.ndim != 2 or a.strides[1] != 4 or a.strides[0] % 4:
+        return cp.ascontiguousarray(a, dtype=F32)
+    return a
+
+
+class CupyOps:
+    name = "cupy"
+
+    def __init__(self, row_tile: int = 0, probe: bool = True) -> None:
+        from engine.ops.cupy_blas import Cublas
+
+        # the tile changes which GEMM kernel runs, hence the bits: one value per deployment
+        self.row_tile = row_tile or int(os.environ.get("ENGINE_CUPY_ROW_TILE", "8"))
+        self.probe = probe
+        self.key_block = 0  # attention chunks are head_dim keys long (see the kernel)
+        self.module = cp.RawModule(code=_SOURCE.read_text(), options=("-std=c++17",))
+        self.k = {
+            n: self.module.get_function(n)
+            for n in ("to_bf16", "rms_norm", "rope", "silu_mul", "kv_store")
+        }
+        self.attend_k = {kind: self.module.get_function(f"attend_{kind}") for kind in KINDS}
+        self.blas = Cublas()
+        self.info = {**device_info(), "cublas": str(self.blas.version)}
+
+    # ---- conversion -----------------------------------------------------------------
+    def asarray(self, a: Any) -> Any:
+        if isinstance(a, cp.ndarray):
+            return cp.ascontiguousarray(a, dtype=F32)
+        return cp.asarray(np.ascontiguousarray(a, dtype=np.float32))
+
+    def to_numpy(self, a: Any) -> np.ndarray:
+        return cp.asnumpy(a) if isinstance(a, cp.ndarray) else np.asarray(a)
+
+    # ---- linear ---------------------------------------------------------------------
+    def prepare_linear(self, w_out_in: np.ndarray) -> CupyWeight:
+        w = np.ascontiguousarray(np.asarray(w_out_in, dtype=np.float32))
+        bits = w.astype(ml_dtypes.bfloat16).view(np.uint16)
+        weight = CupyWeight(cp.asarray(bits), k=w.shape[1], n=w.shape[0])
+        if self.probe:
+            self.probe_linear(weight)
+        return weight
+
+    def linear(self, x: Any, w: CupyWeight) -> Any:
+        x = cp.ascontiguousarray(x, dtype=F32)
+        m, k = x.shape
+        if k != w.k:
+            raise EngineFailure(f"cupy linear: input has {k} columns, weight expects {w.k}")
+        t = self.row_tile
+        padded = max(1, -(-m // t)) * t
+        xb = cp.empty((padded, k), dtype=cp.uint16)
+        self.k["to_bf16"](
+            _blocks(padded * k), (256,), (x, xb, np.int64(m * k), np.int64(padded * k))
+        )
+        y = cp.empty((padded, w.n), dtype=F32)
+        xs, ys = k * 2, w.n * 4  # bytes per row
+        for i in range(0, padded, t):
+            self.blas.gemm_bf16(
+                xb.data.ptr + i * xs, w.data.data.ptr, y.data.ptr + i * ys, t, w.n, k
+            )
+        return y[:m]
+
+    def probe_linear(self, w: CupyWeight) -> None:
+        """Refuse to run if a row's bits change with its slot or its neighbours."""
+        t = self.row_tile
+        rs = cp.random.RandomState(w.k * 7919 + w.n)
+        row = rs.standard_normal((1, w.k), dtype=F32)
+        alone = self.linear(row, w)
+        for pos, rows in ((1, t), (t - 1, t), (t + 2, 2 * t + 1), (0, 3 * t)):
+            x = rs.standard_normal((rows, w.k), dtype=F32)
+            x[pos] = row[0]
+            if not bool(cp.array_equal(self.linear(x, w)[pos : pos + 1], alone)):
+                raise EngineFailure(
+                    f"cupy backend: cuBLAS is not row-invariant at tile {t} for a "
+                    f"{w.k}x{w.n} weight; exactness cannot be guaranteed on this GPU"
+                )
+
+    # ---- elementwise and per-row kernels --------------------------------------------
+    def embed(self, table: Any, ids: Any) -> Any:
+        if not isinstance(ids, cp.ndarray):
+            ids = cp.asarray(np.asarray(ids, dtype=np.int64))
+        return table[ids]
+
+    def rms_norm(self, x: Any, w: Any, eps: float) -> Any:
+        x = cp.ascontiguousarray(x, dtype=F32)
+        cols = x.shape[-1]
+        rows = x.size // cols
+        y = cp.empty_like(x)
+        if rows:
+            threads = 256 if cols >= 256 else 1 << max(0, (cols - 1).bit_length())
+            self.k["rms_norm"](
+                (rows,), (threads,), (x, w, y, np.int32(cols), np.float32(eps)),
+                shared_mem=threads * 4,
+            )  # fmt: skip
+        return y
+
+    def rope(self, x: Any, cos: Any, sin: Any) -> Any:
+        x = cp.ascontiguousarray(x, dtype=F32)
+        n, heads, d = x.shape
+        y = cp.empty_like(x)
+        total = n * heads * (d // 2)
+        if total:
+            args = (x, cos, sin, y, np.int32(heads), np.int32(d // 2), np.int64(total))
+            self.k["rope"](_blocks(total), (256,), args)
+        return y
+
+    def silu_mul(self, gate: Any, up: Any) -> Any:
+        gate, up = _unit_cols(gate), _unit_cols(up)
+        n, inter = gate.shape
+        y = cp.empty((n, inter), dtype=F32)
+        if n:
+            gs, us = gate.strides[0] // 4, up.strides[0] // 4
+            args = (gate, up, y, np.int32(inter), np.int64(gs), np.int64(us), np.int64(n * inter))
+            self.k["silu_mul"](_blocks(n * inter), (256,), args)
+        return y
+
+    def add(self, a: Any, b: Any) -> Any:
+        return a + b
+
+    def concat_rows(self, parts: list[Any]) -> Any:
+        return parts[0] if len(parts) == 1 else cp.concatenate(parts, axis=0)
+
+    def concat_cols(self, parts: list[Any]) -> Any:
+        return cp.concatenate(parts, axis=1)
+
+    def take_rows(self, x: Any, rows: np.ndarray) -> Any:
+        return x[cp.asarray(np.asarray(rows, dtype=np.int64))]
+
+    # ---- attention ------------------------------------------------------------------
+    def attend(self, kind: str, q: Any, kc: Any, vc: Any, ke: Any, ve: Any, meta: Any) -> Any:
+        """q [n, Hq, D] over codes [slots, Hkv, D] through meta = (ptab, poff, last,
+        page_rows) device arrays; see attend_paged in cupy_kernels.cu."""
+        q = cp.ascontiguousarray(q, dtype=F32)
+        n, hq, d = q.shape
+        hkv = kc.shape[-2]
+        if d % 32 or d & (d - 1) or d > 1024:
+            raise EngineFailure(f"cupy attention: head_dim {d} must be a power of two >= 32")
+        ptab, poff, last, page_rows = meta
+        out = cp.empty_like(q)
+        if n:
+            ke = ke if ke is not None else poff  # unread unless fp8
+            ve = ve if ve is not None else poff
+            sizes = (np.int32(hq), np.int32(hkv), np.int32(page_rows))
+            args = (q, kc, vc, ke, ve, ptab, poff, last, out, *sizes, np.float32(1.0 / np.sqrt(d)))
+            ng = 4  # ATT_NG in cupy_kernels.cu
+            shared = (d + 5 * ng * d + 2 * ng) * 4
+            self.attend_k[kind]((n, hq), (d * ng,), args, shared_mem=shared)
+        return out
+
+    def attention(self, q: Any, k: Any, v: Any, q_pos: np.ndarray) -> Any:
+        """Causal attention of q [n, Hq, D] at absolute positions q_pos over contiguous
+        k, v [L, Hkv, D] (float32): one page of L rows."""
+        k = cp.ascontiguousarray(k, dtype=F32)
+        v = cp.ascontiguousarray(v, dtype=F32)
+        n = q.shape[0]
+        meta = (
+            cp.zeros(1, dtype=cp.int32),
+            cp.zeros(n, dtype=cp.int32),
+            cp.asarray(np.asarray(q_pos, dtype=np.int32)),
+            max(1, k.shape[0]),
+        )
+        return self.attend("f32", q, k, v, None, None, meta)
+
+    def attention_many(self, items: list[tuple]) -> list[Any]:
+        return [self.attention(*item) for item in items]
+
+    def decode_step(self, model: Any, segments: list[Any], kv: Any, taps: tuple = ()) -> Any:
+        """A plain decode step through one replayed CUDA graph (cupy_graph.py), or None where
+        the step is not one: the forward then runs eagerly, with the same bits."""
+        from engine.ops.cupy_graph import decode_step
+
+        return decode_step(model, segments, kv, taps)
+
+    def new_kv(self, *shape_and_kind: object, **kw: object) -> object:
+        from engine.ops.cupy_kv import CupyKV
+
+        return CupyKV(self, *shape_and_kind, **kw)
+
+    def new_lanes(self, layers: int, lanes: int, rows: int, kv_heads: int, head_dim: int) -> object:
+        from engine.ops.cupy_lanes import CupyLanes
+
+        return CupyLanes(self, layers, lanes, rows, kv_heads, head_dim)

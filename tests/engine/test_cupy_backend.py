@@ -1,0 +1,158 @@
+"""The cupy backend's kernels on a GPU (marked `gpu`; skipped where cupy cannot run).
+
+Exactness (bit equality) where the arithmetic is exact, and correctness against numpy in
+float64 where it is not (rounding differs between the two, so those use a tolerance: they
+check the math, not invariance; invariance is tests/conformance's job)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.ops import cupy_problem
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(cupy_problem() is not None, reason=f"cupy backend: {cupy_problem()}"),
+]
+
+
+@pytest.fixture(scope="module")
+def ops():  # type: ignore[no-untyped-def]
+    from engine.ops.cupy_ops import CupyOps
+
+    return CupyOps()
+
+
+def test_linear_is_exact_on_small_integers_and_row_invariant(ops) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(0)
+    w = rng.integers(-3, 4, (640, 256)).astype(np.float32)  # [out, in]
+    x = rng.integers(-3, 4, (37, 256)).astype(np.float32)
+    wp = ops.prepare_linear(w)
+    got = ops.to_numpy(ops.linear(ops.asarray(x), wp))
+    assert got.tobytes() == (x @ w.T).astype(np.float32).tobytes()
+    xr = rng.standard_normal((37, 256)).astype(np.float32)
+    full = ops.to_numpy(ops.linear(ops.asarray(xr), wp))
+    for i in (0, 5, 8, 36):
+        alone = ops.to_numpy(ops.linear(ops.asarray(xr[i : i + 1]), wp))
+        assert alone.tobytes() == full[i : i + 1].tobytes()
+
+
+def test_probe_refuses_a_row_variant_gemm(ops, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from engine.errors import EngineFailure
+
+    real = ops.linear
+
+    def shifted(x, w):  # type: ignore[no-untyped-def]
+        y = real(x, w)
+        return y + (y.shape[0] > 1) * 1e-3  # a row's bits depend on the row count
+
+    monkeypatch.setattr(ops, "linear", shifted)
+    with pytest.raises(EngineFailure, match="not row-invariant"):
+        ops.prepare_linear(np.ones((64, 32), np.float32))
+
+
+def test_norm_rope_silu_match_numpy(ops) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((5, 4, 64)).astype(np.float32)
+    w = rng.standard_normal(64).astype(np.float32)
+    got = ops.to_numpy(ops.rms_norm(ops.asarray(x), ops.asarray(w), 1e-6))
+    x64 = x.astype(np.float64)
+    want = x64 / np.sqrt(np.mean(x64**2, -1, keepdims=True) + 1e-6) * w
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    cos, sin = rng.standard_normal((2, 5, 32)).astype(np.float32)
+    got = ops.to_numpy(ops.rope(ops.asarray(x), ops.asarray(cos), ops.asarray(sin)))
+    x1, x2 = x64[..., :32], x64[..., 32:]
+    c, s = cos[:, None], sin[:, None]
+    want = np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], -1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    gu = ops.asarray(rng.standard_normal((5, 16)).astype(np.float32))
+    got = ops.to_numpy(ops.silu_mul(gu[:, :8], gu[:, 8:]))
+    g, u = ops.to_numpy(gu)[:, :8].astype(np.float64), ops.to_numpy(gu)[:, 8:]
+    np.testing.assert_allclose(got, g / (1 + np.exp(-g)) * u, rtol=1e-5, atol=1e-6)
+
+
+def test_attention_matches_numpy_and_one_key_is_exact(ops) -> None:  # type: ignore[no-untyped-def]
+    from engine.ops.numpy_ops import NumpyOps
+
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((6, 4, 64)).astype(np.float32)
+    k = rng.standard_normal((300, 2, 64)).astype(np.float32)
+    v = rng.standard_normal((300, 2, 64)).astype(np.float32)
+    pos = np.array([0, 1, 63, 64, 200, 299])
+    got = ops.to_numpy(ops.attention(ops.asarray(q), ops.asarray(k), ops.asarray(v), pos))
+    want = NumpyOps().attention(q, k, v, pos)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    # position 0 sees one key: softmax weight exactly 1, output exactly that value row
+    assert got[0].tobytes() == np.repeat(v[0], 2, axis=0).tobytes()
+
+
+def test_graph_decode_equals_eager(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Decode steps replayed from one CUDA graph give the eager forward's logits and KV
+    bytes, for 1 and 3 streams, with the padded rows kept out of the streams' pages."""
+    from engine.model.loader import load_model
+    from engine.model.qwen3 import Segment
+    from engine.ops.cupy_graph import decode_step
+
+    monkeypatch.setenv("ENGINE_SYNTHETIC_DIR", str(tmp_path))
+    model = load_model("synthetic:tiny@5", "cupy")
+    rng = np.random.default_rng(3)
+    for kind in ("bf16", "fp8"):
+        kvs = [model.new_kv(24, 16, kind, lanes=3, lane_rows=128) for _ in range(2)]
+        lanes = [[8 * i + j for j in range(8)] for i in range(3)]
+        for i, n in enumerate((5, 17, 40)):
+            seg = Segment(rng.integers(0, 512, n), 0, lanes[i], np.asarray([n - 1]), lane=i)
+            for kv in kvs:
+                model.forward([seg], kv)
+        starts = [5, 17, 40]
+        for step in range(4):
+            live = [0] if step == 0 else [0, 1, 2]
+            segs = [
+                Segment(rng.integers(0, 512, 1), starts[i], lanes[i], np.asarray([0]), lane=i)
+                for i in live
+            ]
+            eager = model.forward(segs, kvs[0])
+            graph = decode_step(model, segs, kvs[1])
+            for a, b in zip(eager, graph, strict=True):
+                assert a.logits.tobytes() == b.logits.tobytes()
+                assert a.hidden.tobytes() == b.hidden.tobytes()
+            for i in live:
+                starts[i] += 1
+        for layer in (0, 1):
+            for i in range(3):
+                a = kvs[0].read_codes(layer, lanes[i], starts[i])
+                b = kvs[1].read_codes(layer, lanes[i], starts[i])
+                assert all(
+                    x is None or x.tobytes() == y.tobytes() for x, y in zip(a, b, strict=True)
+                )
+
+
+def test_engine_with_graph_decode_equals_eager(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The lanes engine with decode steps through the CUDA graph (as a forward that asks
+    ops.decode_step first would run them) replies as the eager engine, at 1 and 4 lanes,
+    bf16 and fp8, greedy and sampled."""
+    from engine.model.loader import load_model
+    from engine.model.qwen3 import Qwen3
+    from tests.conformance.conftest import TINY, mixed
+    from tests.engine.conftest import run_requests
+
+    model = load_model(TINY, "cupy")
+    reqs = mixed(max_tokens=8, salt=9)
+    runs = [(p, kv) for p in (1, 4) for kv in ("bf16", "fp8")]
+    eager = {
+        run: run_requests(model, reqs, context=320, parallel=run[0], kv=run[1]) for run in runs
+    }
+    plain, hits = Qwen3.forward, []
+
+    def forward(self, segments, kv, taps=()):  # type: ignore[no-untyped-def]
+        out = self.ops.decode_step(self, segments, kv, taps)
+        if out is None:
+            return plain(self, segments, kv, taps)
+        hits.append(len(segments))
+        return out
+
+    monkeypatch.setattr(Qwen3, "forward", forward)
+    for run in runs:
+        got = run_requests(model, reqs, context=320, parallel=run[0], kv=run[1])
+        assert got == eager[run], f"parallel {run[0]} kv {run[1]}: graph != eager"
+    assert hits and max(hits) > 1
