@@ -197,6 +197,9 @@ def forward(
     model: Qwen3, segments: list[Segment], kv: KVMemory, taps: tuple[int, ...] = ()
 ) -> list[SegmentOut]:
     cfg, ops = model.config, model.ops
+    fused = ops.decode_step(model, segments, kv, taps)
+    if fused is not None:
+        return fused
     ids = np.concatenate([s.tokens for s in segments]).astype(np.int64)
     positions = np.concatenate([s.start + np.arange(len(s.tokens)) for s in segments])
     if positions.max(initial=0) >= cfg.max_position_embeddings:

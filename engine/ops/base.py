@@ -90,6 +90,11 @@ class Ops(Protocol):
     def attention_many(
         self, items: list[tuple[Array, Array, Array, np.ndarray]]
     ) -> list[Array]: ...
+    def decode_step(self, model: Any, segments: list[Any], kv: KVMemory, taps: tuple) -> Any:
+        """The whole forward of a step as one fused call (cupy: a replayed CUDA graph) with
+        the bits of the op-by-op forward, or None where the backend has none for it."""
+        ...
+
     def new_kv(
         self,
         layers: int,

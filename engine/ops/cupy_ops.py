@@ -79,6 +79,9 @@ class CupyOps:
 
         # the tile changes which GEMM kernel runs, hence the bits: one value per deployment
         self.row_tile = row_tile or int(os.environ.get("ENGINE_CUPY_ROW_TILE", "8"))
+        # plain decode steps replay one captured CUDA graph; ENGINE_CUPY_GRAPHS=0 runs them
+        # eagerly (the same bits: tests/engine/test_cupy_backend.py)
+        self.graphs = os.environ.get("ENGINE_CUPY_GRAPHS", "1") != "0"
         self.probe = probe
         self.key_block = 0  # attention chunks are head_dim keys long (see the kernel)
         self.module = cp.RawModule(code=_SOURCE.read_text(), options=("-std=c++17",))
@@ -234,6 +237,8 @@ class CupyOps:
     def decode_step(self, model: Any, segments: list[Any], kv: Any, taps: tuple = ()) -> Any:
         """A plain decode step through one replayed CUDA graph (cupy_graph.py), or None where
         the step is not one: the forward then runs eagerly, with the same bits."""
+        if not self.graphs:
+            return None
         from engine.ops.cupy_graph import decode_step
 
         return decode_step(model, segments, kv, taps)

@@ -144,6 +144,9 @@ class MlxOps:
         return self._out(mx.take(x, mx.array(np.asarray(rows, dtype=np.int32)), axis=0))
 
     # ---- memory and attention -------------------------------------------------------
+    def decode_step(self, model: object, segments: list, kv: object, taps: tuple) -> None:
+        return None  # no fused step: the forward runs op by op
+
     def new_kv(self, *shape_and_kind: object, **kw: object) -> object:
         from engine.ops.host_kv import HostKV
 

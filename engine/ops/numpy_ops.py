@@ -103,6 +103,9 @@ class NumpyOps:
         """One call per stream: padding streams to a common shape measured ~4x slower."""
         return [self.attention(*item) for item in items]
 
+    def decode_step(self, model: object, segments: list, kv: object, taps: tuple) -> None:
+        return None  # no fused step: the forward runs op by op
+
     def new_kv(self, *shape_and_kind: object, **kw: object) -> object:
         from engine.ops.host_kv import HostKV
 
