@@ -25,7 +25,15 @@ from typing import Any
 from gates import HARNESS_VERSION
 from gates.refs import cache_root
 
-FINGERPRINT_PACKAGES = ("numpy", "ml_dtypes", "tokenizers", "safetensors", "mlx", "cupy-cuda12x")
+FINGERPRINT_PACKAGES = (
+    "numpy",
+    "ml_dtypes",
+    "tokenizers",
+    "safetensors",
+    "mlx",
+    "cupy-cuda12x",
+    "cupy-cuda13x",
+)
 
 
 def cpu_name() -> str:

@@ -258,7 +258,9 @@ def machine_line(man: dict[str, Any]) -> str:
     if mc.get("gpus"):
         parts.append(", ".join(mc["gpus"]))
     parts.append(f"Python {mc.get('python')}")
-    parts += [f"{k} {v}" for k, v in pk.items() if k in ("numpy", "mlx", "cupy-cuda12x")]
+    parts += [
+        f"{k} {v}" for k, v in pk.items() if k in ("numpy", "mlx", "cupy-cuda12x", "cupy-cuda13x")
+    ]
     return " · ".join(parts)
 
 
