@@ -1,4 +1,4 @@
-"""python -m gates run | lean | show | selftest | clean"""
+"""python -m gates run | merge | lean | show | selftest | clean"""
 
 from __future__ import annotations
 
@@ -24,8 +24,24 @@ def _run(a: argparse.Namespace) -> int:
             repo=a.repo,
             speed=not a.no_speed,
             quiet=a.quiet,
+            shard=a.shard,
         )
     )
+
+
+def _merge(a: argparse.Namespace) -> int:
+    from gates.merge import main as merge_main
+
+    return merge_main(a.manifests, a.repo, a.out)
+
+
+def _shard_arg(text: str) -> tuple[int, int]:
+    from gates.shard import parse
+
+    try:
+        return parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _show(a: argparse.Namespace) -> int:
@@ -35,7 +51,10 @@ def _show(a: argparse.Namespace) -> int:
     path = Path(a.receipt) if a.receipt else None
     if path is None:
         folder = repo_root(open_repo(a.repo)) / "receipts"
-        found = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime)
+        found = sorted(
+            (p for p in folder.glob("*.json") if ".shard-" not in p.name),
+            key=lambda p: p.stat().st_mtime,
+        )
         if not found:
             raise BadInput(f"{folder}: no receipts yet; run `python -m gates run` first")
         path = found[-1]
@@ -45,6 +64,8 @@ def _show(a: argparse.Namespace) -> int:
         man = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise BadInput(f"{path}: not a receipt manifest: {e}") from None
+    if not isinstance(man, dict) or "gates" not in man:
+        raise BadInput(f"{path}: not a receipt manifest (a shard? join shards with `merge`)")
     print(
         render.summary(man) if a.summary else render.markdown(man),
         end="" if not a.summary else "\n",
@@ -120,7 +141,21 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--no-cache", action="store_true", help="run every arm again")
     r.add_argument("--no-speed", action="store_true", help="skip the matrix's speed gates")
     r.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    r.add_argument(
+        "--shard",
+        type=_shard_arg,
+        default=None,
+        metavar="I/N",
+        help="run only shard I of N of the arms and write a shard manifest (join with merge)",
+    )
     r.set_defaults(fn=_run)
+
+    mg = sub.add_parser(
+        "merge", parents=[common], help="join the shard manifests of one run into one receipt"
+    )
+    mg.add_argument("manifests", nargs="*", metavar="MANIFEST", help="shard manifests (.json)")
+    mg.add_argument("--out", default=None, help="receipt folder (default: receipts/)")
+    mg.set_defaults(fn=_merge)
 
     s = sub.add_parser(
         "show", parents=[common], help="print a receipt (default: the newest) from its manifest"

@@ -14,7 +14,18 @@ from typing import Any
 
 import git
 
-from gates import HARNESS_VERSION, BadInput, matrix, plan, prompts, refs, store, validate
+from gates import (
+    EXIT_OK,
+    HARNESS_VERSION,
+    BadInput,
+    matrix,
+    plan,
+    prompts,
+    refs,
+    shard,
+    store,
+    validate,
+)
 from gates.arms import ArmRunner
 from gates.checks import equality, perf
 from gates.evaluate import evaluate
@@ -33,6 +44,7 @@ class Options:
     repo: str = "."
     speed: bool = True
     quiet: bool = False
+    shard: tuple[int, int] | None = None  # (i, n): run only shard i of n
 
 
 def log(msg: str) -> None:
@@ -90,32 +102,45 @@ def receipts_writable(out_dir: Path) -> None:
         raise BadInput(f"--out {out_dir}: cannot write a receipt there ({why})") from None
 
 
-def run(opts: Options) -> int:
-    t0 = time.monotonic()
-    repo = refs.open_repo(opts.repo)
-    root = refs.repo_root(repo)
-    mpath = _matrix_path(root, opts.matrix)
+@dataclass
+class Inputs:
+    """What a run reads from the working tree: the matrix, its prompt sets and models, the plan."""
+
+    root: Path
+    mpath: Path
+    m: matrix.Matrix
+    sets: dict[str, list[dict[str, Any]]]
+    models: dict[str, Path]
+    the_plan: plan.Plan
+    fixtures: dict[str, str]
+
+    @property
+    def matrix_rel(self) -> str:
+        return _rel(self.root, self.mpath)
+
+
+def load_inputs(root: Path, matrix_name: str) -> Inputs:
+    """The plan phase: matrix, prompt sets, model folders, fixture hashes, arms and comparisons."""
+    mpath = _matrix_path(root, matrix_name)
     m = matrix.load(mpath)
-    out_dir = Path(opts.out) if opts.out else root / "receipts"
-    receipts_writable(out_dir)
     sets = {name: prompts.load(prompts.resolve_path(root, name)) for name in m.prompt_sets()}
     models = {}
-    for name in m.axes["model"]:
-        p = Path(name) if Path(name).is_absolute() else root / name
-        if not p.is_dir():
-            raise BadInput(f"{mpath}: model: {name!r} is not a directory under {root}")
-        models[name] = p
-    for name in m.drafter_models.values():
-        p = Path(name) if Path(name).is_absolute() else root / name
-        if not p.is_dir():
-            raise BadInput(f"{mpath}: drafter_models: {name!r} is not a directory under {root}")
-        models[name] = p
-    the_plan = plan.build(m, sets)
+    for key, names in (("model", m.axes["model"]), ("drafter_models", m.drafter_models.values())):
+        for name in names:
+            p = Path(name) if Path(name).is_absolute() else root / name
+            if not p.is_dir():
+                raise BadInput(f"{mpath}: {key}: {name!r} is not a directory under {root}")
+            models[name] = p
+    fixtures = {f"model:{n}": store.hash_dir(p) for n, p in models.items()}
+    fixtures.update({f"prompts:{n}": store.hash_file(prompts.resolve_path(root, n)) for n in sets})
+    return Inputs(root, mpath, m, sets, models, plan.build(m, sets), fixtures)
 
+
+def resolve_sides(
+    repo: git.Repo, opts: Options, st: store.Store, cache: Path
+) -> tuple[dict[str, refs.Side], dict[str, tuple[dict | None, str]]]:
+    """The resolve phase: refs -> sides with worktrees, and each side's engine capabilities."""
     sides = {"base": refs.side(repo, "base", opts.base), "head": refs.side(repo, "head", opts.head)}
-    mb = refs.merge_base(repo, sides["base"].sha, sides["head"].sha)
-    cache = refs.cache_root()
-    st = store.Store(cache / "results", enabled=not opts.no_cache)
     fp = store.fingerprint()
     caps: dict[str, tuple[dict | None, str]] = {}
     for s in sides.values():
@@ -132,17 +157,29 @@ def run(opts: Options) -> int:
         caps[s.name] = (got, why)
         if got is not None:
             st.put(ckey, {"caps": got})
+    return sides, caps
 
+
+def run(opts: Options) -> int:
+    t0 = time.monotonic()
+    repo = refs.open_repo(opts.repo)
+    root = refs.repo_root(repo)
+    inp = load_inputs(root, opts.matrix)
+    m, the_plan = inp.m, inp.the_plan
+    out_dir = Path(opts.out) if opts.out else root / "receipts"
+    receipts_writable(out_dir)
+    cache = refs.cache_root()
+    st = store.Store(cache / "results", enabled=not opts.no_cache)
+    sides, caps = resolve_sides(repo, opts, st, cache)
+    mb = refs.merge_base(repo, sides["base"].sha, sides["head"].sha)
     validate.against_capabilities(m, [c for c, _ in caps.values() if c is not None])
-    fixtures = {f"model:{n}": store.hash_dir(p) for n, p in models.items()}
-    fixtures.update({f"prompts:{n}": store.hash_file(prompts.resolve_path(root, n)) for n in sets})
     n_workers, devices = workers(set(m.axes["backend"]), opts.jobs)
     runner = ArmRunner(
         sides=sides,
         caps=caps,
-        sets=sets,
-        models=models,
-        fixtures=fixtures,
+        sets=inp.sets,
+        models=inp.models,
+        fixtures=inp.fixtures,
         st=st,
         cache=cache,
         timeout=float(m.scalars["timeout"]),
@@ -150,60 +187,92 @@ def run(opts: Options) -> int:
         devices=devices,
         quiet=opts.quiet,
     )
+    arms = the_plan.arms if opts.shard is None else shard.select(the_plan.arms, *opts.shard)
     if not opts.quiet:
-        log(f"[gates] {sides['base'].sha[:10]}..{sides['head'].sha[:10]} · matrix {m.name}")
-    runner.run(the_plan.arms)
-    results, arm_rows = runner.results, runner.rows
+        part = "" if opts.shard is None else f" · shard {opts.shard[0]}/{opts.shard[1]}"
+        log(f"[gates] {sides['base'].sha[:10]}..{sides['head'].sha[:10]} · matrix {m.name}{part}")
+    runner.run(arms)
     if st.corrupt:
         the_plan.notes.append(
             f"the result store had {len(st.corrupt)} unreadable entr"
             f"{'y' if len(st.corrupt) == 1 else 'ies'}: removed, and the arms run again"
         )
-    n_cached = sum(1 for r in arm_rows.values() if r["cached"])
-    n_nc = sum(1 for r in arm_rows.values() if r.get("status") in ("not_comparable", "refused"))
-
-    decoders = {n: equality.make_decoder(p) for n, p in models.items()}
-    gates_out = evaluate(m, the_plan, results, arm_rows, sets, decoders)
-
     speed = None
-    if m.speed is not None and opts.speed:
-        speed = _speed(m, sides, models, cache, opts.quiet)
-
-    manifest = {
-        "harness_version": HARNESS_VERSION,
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "repo": str(root),
+    if m.speed is not None and opts.speed and (opts.shard is None or opts.shard[0] == 1):
+        speed = _speed(m, sides, inp.models, cache, opts.quiet)
+    run_info = {
         "base": _side_json(sides["base"]),
         "head": _side_json(sides["head"]),
         "merge_base": mb,
         "machine": store.machine(),
-        "fingerprint": fp,
+        "fingerprint": store.fingerprint(),
+        "workers": n_workers,
+        "devices": devices,
+        "speed": speed,
+        "command": command_line(opts, root, inp.mpath, sides["base"], sides["head"]),
+    }
+    if opts.shard is not None:
+        path = shard.write(out_dir, opts.shard, inp, run_info, runner, arms, time.monotonic() - t0)
+        print(shard.line(path, runner, arms))
+        return EXIT_OK
+    rows = [runner.rows[a] for a in the_plan.arms]
+    results = {a: r for a, r in runner.results.items()}
+    return report(inp, run_info, rows, results, runner.ran, out_dir, time.monotonic() - t0)
+
+
+def report(
+    inp: Inputs,
+    run_info: dict[str, Any],
+    rows: list[dict[str, Any]],
+    results: dict[plan.Arm, dict[str, Any]],
+    ran: int,
+    out_dir: Path,
+    wall_s: float,
+) -> int:
+    """The evaluate and report phases: arm results -> gates -> manifest and receipt."""
+    m, the_plan = inp.m, inp.the_plan
+    arm_rows = dict(zip(the_plan.arms, rows, strict=True))
+    decoders = {n: equality.make_decoder(p) for n, p in inp.models.items()}
+    gates_out = evaluate(m, the_plan, results, arm_rows, inp.sets, decoders)
+    n_cached = sum(1 for r in rows if r["cached"])
+    n_nc = sum(1 for r in rows if r.get("status") in ("not_comparable", "refused"))
+    manifest = {
+        "harness_version": HARNESS_VERSION,
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "repo": str(inp.root),
+        "base": run_info["base"],
+        "head": run_info["head"],
+        "merge_base": run_info["merge_base"],
+        "machine": run_info["machine"],
+        "fingerprint": run_info["fingerprint"],
         "matrix": {
-            "path": _rel(root, mpath),
+            "path": inp.matrix_rel,
             "name": m.name,
             "description": m.description,
             "arms": len(the_plan.arms),
             "cached": n_cached,
-            "ran": runner.ran,
+            "ran": ran,
             "not_comparable": n_nc,
             "backend": m.axes["backend"],
             "model": m.axes["model"],
             "prompts": m.axes["prompts"],
             "columns": matrix.column_axis(m),
-            "workers": n_workers,
-            "devices": devices,
+            "workers": run_info["workers"],
+            "devices": run_info["devices"],
         },
         "gates": gates_out,
-        "notes": the_plan.notes,
-        "bad_values": validate.values_run_nowhere(m, list(arm_rows.values())),
-        "speed": speed,
-        "arms": list(arm_rows.values()),
-        "command": command_line(opts, root, mpath, sides["base"], sides["head"]),
-        "wall_s": round(time.monotonic() - t0, 1),
+        "notes": the_plan.notes + run_info.get("notes", []),
+        "bad_values": validate.values_run_nowhere(m, rows),
+        "speed": run_info["speed"],
+        "arms": rows,
+        "command": run_info["command"],
+        "wall_s": round(wall_s, 1),
     }
+    if "shards" in run_info:
+        manifest["shards"] = run_info["shards"]
     verdict, code = render.verdict(manifest)
     manifest["verdict"], manifest["exit_code"] = verdict, code
-    md_path, json_path = render.write(manifest, out_dir)
+    md_path, _ = render.write(manifest, out_dir)
     print(render.summary(manifest, md_path))
     return code
 
