@@ -66,7 +66,8 @@ SUBCOMMANDS = ("run", "lean", "show", "selftest", "clean")
 @nox.session
 def gates(session: nox.Session) -> None:
     """Run the gate matrix between two commits and write a receipt (receipts/)."""
-    session.install("-e", ".", "openai>=1.40")  # served arms drive `engine serve` with it
+    # openai: served arms drive `engine serve` with it; ruff: the receipt's Lean section
+    session.install("-e", ".", "openai>=1.40", "ruff>=0.6")
     args = list(session.posargs)
     if not args or args[0] not in SUBCOMMANDS:
         args = ["run", *args]

@@ -25,6 +25,7 @@ def _run(a: argparse.Namespace) -> int:
             speed=not a.no_speed,
             quiet=a.quiet,
             shard=a.shard,
+            lean=not a.no_lean,
         )
     )
 
@@ -140,6 +141,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default=None, help="receipt folder (default: receipts/)")
     r.add_argument("--no-cache", action="store_true", help="run every arm again")
     r.add_argument("--no-speed", action="store_true", help="skip the matrix's speed gates")
+    r.add_argument(
+        "--no-lean", action="store_true", help="skip the new ruff problems against the merge base"
+    )
     r.add_argument("--quiet", action="store_true", help="no progress on stderr")
     r.add_argument(
         "--shard",

@@ -95,7 +95,8 @@ def gather(
 def run_info(docs: list[tuple[str, dict[str, Any]]], plan_notes: list[str]) -> dict[str, Any]:
     """The first shard's run facts, with speed from the shard that ran it and every shard's."""
     info = dict(docs[0][1]["run"])
-    info["speed"] = next((d["run"]["speed"] for _, d in docs if d["run"].get("speed")), None)
+    for extra in ("speed", "lean"):  # run by shard 1 only
+        info[extra] = next((d["run"][extra] for _, d in docs if d["run"].get(extra)), None)
     info["workers"] = sum(d["run"]["workers"] for _, d in docs)
     info["shards"] = [
         {

@@ -27,7 +27,7 @@ from gates import (
     validate,
 )
 from gates.arms import ArmRunner
-from gates.checks import equality, perf
+from gates.checks import equality, lean, perf
 from gates.evaluate import evaluate
 from gates.execute import GPU_BACKENDS, capabilities
 from gates.receipt import render
@@ -45,6 +45,7 @@ class Options:
     speed: bool = True
     quiet: bool = False
     shard: tuple[int, int] | None = None  # (i, n): run only shard i of n
+    lean: bool = True  # new ruff problems against the merge base, as a receipt section
 
 
 def log(msg: str) -> None:
@@ -197,9 +198,11 @@ def run(opts: Options) -> int:
             f"the result store had {len(st.corrupt)} unreadable entr"
             f"{'y' if len(st.corrupt) == 1 else 'ies'}: removed, and the arms run again"
         )
+    first = opts.shard is None or opts.shard[0] == 1  # a shard's extras run in shard 1 only
     speed = None
-    if m.speed is not None and opts.speed and (opts.shard is None or opts.shard[0] == 1):
+    if m.speed is not None and opts.speed and first:
         speed = _speed(m, sides, inp.models, cache, opts.quiet)
+    lean_result = lean.check(repo, mb, sides["head"]) if opts.lean and first else None
     run_info = {
         "base": _side_json(sides["base"]),
         "head": _side_json(sides["head"]),
@@ -209,6 +212,7 @@ def run(opts: Options) -> int:
         "workers": n_workers,
         "devices": devices,
         "speed": speed,
+        "lean": None if lean_result is None else lean.as_json(lean_result),
         "command": command_line(opts, root, inp.mpath, sides["base"], sides["head"]),
     }
     if opts.shard is not None:
@@ -264,6 +268,7 @@ def report(
         "notes": the_plan.notes + run_info.get("notes", []),
         "bad_values": validate.values_run_nowhere(m, rows),
         "speed": run_info["speed"],
+        "lean": run_info.get("lean"),
         "arms": rows,
         "command": run_info["command"],
         "wall_s": round(wall_s, 1),

@@ -150,7 +150,8 @@ def run_one(
 ) -> tuple[int, list[str], str]:
     """One gate run: (exit code, failing gate names, a tail of its output on trouble)."""
     cmd = [sys.executable, "-m", "gates", "run", "--repo", str(clone), "--base", clean]
-    cmd += ["--head", planted, "--matrix", matrix, "--no-speed", "--quiet", "--out", str(out_dir)]
+    cmd += ["--head", planted, "--matrix", matrix, "--no-speed", "--no-lean"]
+    cmd += ["--quiet", "--out", str(out_dir)]
     if jobs:
         cmd += ["--jobs", str(jobs)]
     here = Path(__file__).resolve().parents[2]  # this gate runner, not the clone's copy

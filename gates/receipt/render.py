@@ -16,6 +16,7 @@ import jinja2
 from gates import EXIT_ARM_FAILED, EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, store
 from gates import prompts as prompts_mod
 from gates.checks.equality import describe_margin
+from gates.checks.lean import lean_counts, lean_line
 from gates.receipt.lists import ARM_CHECKS, crashed, notices, skipped
 from gates.receipt.table import bullet, fence, md_table
 from gates.speed import chart as speed_chart
@@ -302,6 +303,8 @@ def markdown(man: dict[str, Any], details: bool = True, cap: int | None = None) 
             crashed=crashed(man),
             skipped=skipped(man),
             notices=notices(man),
+            lean=man.get("lean"),
+            lean_line=lean_line(man.get("lean")),
             speed_table=speed_table(man.get("speed")),
             speed_chart=speed_chart.sweep_chart(man.get("speed")),
             speed_summary=speed_chart.summary_line(man.get("speed") or {}),
@@ -370,6 +373,9 @@ def summary(man: dict[str, Any], md_path: Path | None = None) -> str:
     if sp:
         why = sp.get("reason") or speed_chart.summary_line(sp)
         lines.append(f"  speed: {sp['status']}" + (f" ({why})" if why else ""))
+    lean = man.get("lean")
+    if lean:
+        lines.append(f"  lean: {lean_counts(lean)}")
     if md_path is not None:
         lines.append(f"receipt: {md_path}")
     return "\n".join(lines)

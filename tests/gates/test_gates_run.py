@@ -282,7 +282,28 @@ def test_lean_reports_only_new_problems(stub_repo, capsys):
     code = main(["lean", "--repo", str(stub_repo.root), "--base", "main~1", "--head", "main"])
     out = capsys.readouterr().out
     assert code == 1, out
-    assert "1 new problem" in out and "new.py:1:8: F401" in out and "old.py" not in out
+    assert "1 inherited, 1 new" in out and "new.py:1:8: F401" in out and "old.py" not in out
+
+
+def test_lean_in_the_receipt_matches_by_rule_file_and_message_not_line(stub_repo):
+    (stub_repo.root / "pyproject.toml").write_text(
+        '[tool.ruff]\nline-length = 100\n[tool.ruff.lint]\nselect = ["F", "E501"]\n'
+    )
+    (stub_repo.root / "old.py").write_text(f"import os\nx = '{'a' * 100}'\n")
+    stub_repo.commit("two old problems")
+    # moved, and the long line longer: still inherited; new.py's unused import is new
+    (stub_repo.root / "old.py").write_text(f"\n\nimport os\nx = '{'a' * 120}'\n")
+    (stub_repo.root / "new.py").write_text("import sys\n")
+    stub_repo.commit("a new problem")
+    code, man, md = run_gates(stub_repo)
+    assert code == 0, md  # lean does not change the exit code: the lint session does that
+    lean = man["lean"]
+    assert (lean["status"], lean["new"], lean["fixed"]) == ("fail", 1, 0), lean
+    assert lean["inherited"] >= 2
+    assert [(p["file"], p["code"]) for p in lean["problems"]] == [("new.py", "F401")]
+    assert f"{lean['inherited']} inherited, 1 new" in md and "`new.py:1:8` F401" in md
+    _, man, md = run_gates(stub_repo, "--no-lean")
+    assert man["lean"] is None and "#### Lean" not in md
 
 
 def test_refused_arm_is_not_comparable_unless_the_other_commit_ran_it(stub_repo):
