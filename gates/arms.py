@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gates import HARNESS_VERSION, prompts, refs, served, store
+from gates import envs as envs_mod
 from gates.contract import TRUTH_DRAFTERS, missing, request_keys, writes_trace
 from gates.execute import ArmJob, Progress, base_env, run_all
 from gates.plan import Arm, canonical
@@ -48,6 +49,7 @@ class ArmRunner:
     workers: int
     devices: list[str] | None
     quiet: bool = False
+    envs: dict[str, envs_mod.Env] = field(default_factory=dict)  # per side (gates/envs.py)
     results: dict[Arm, dict[str, Any]] = field(default_factory=dict)
     rows: dict[Arm, dict[str, Any]] = field(default_factory=dict)
     ran: int = 0
@@ -87,6 +89,10 @@ class ArmRunner:
                     for x in r.get("replies", [])
                 ],
             )
+
+    def _python(self, side: str) -> str:
+        e = self.envs.get(side)
+        return e.python if e is not None and e.python else sys.executable
 
     def _blocked(self, arm: Arm) -> str | None:
         c, why = self.caps[arm.side]
@@ -154,6 +160,7 @@ class ArmRunner:
         key_env = {
             k: env[k] for k in sorted(env) if k.startswith("ENGINE_") or k == "OMP_NUM_THREADS"
         }
+        key_env.update(envs_mod.key_vars(self.envs.get(arm.side)))
         fx = {
             k: v
             for k, v in self.fixtures.items()
@@ -188,6 +195,7 @@ class ArmRunner:
                     extra_args=extra,
                     trace=writes_trace(caps),
                     runner=served.run_served if cfg.get("served") else None,
+                    python=self._python(arm.side),
                 )
             )
         pending.setdefault(key, []).append(arm)

@@ -105,11 +105,13 @@ def has_engine(worktree: Path) -> bool:
     return (worktree / "engine" / "__main__.py").is_file()
 
 
-def capabilities(worktree: Path, cache: Path, timeout: float = 120) -> tuple[dict | None, str]:
+def capabilities(
+    worktree: Path, cache: Path, timeout: float = 120, python: str = sys.executable
+) -> tuple[dict | None, str]:
     """(capabilities, "") or (None, why this commit's engine can run nothing)."""
     if not has_engine(worktree):
         return None, "the commit has no engine (engine/__main__.py)"
-    argv = [sys.executable, "-m", "engine", "capabilities", "--json"]
+    argv = [python, "-m", "engine", "capabilities", "--json"]
     code, out, err = _run(argv, worktree, base_env(worktree, "", {}, cache), timeout)
     if code is None:
         return None, f"`engine capabilities --json` timed out after {timeout:.0f}s"
@@ -138,6 +140,7 @@ class ArmJob:
     extra_args: list[str] = field(default_factory=list)
     trace: bool = False  # the engine writes a schedule trace (--trace, contract 2)
     runner: Callable[..., dict[str, Any]] | None = None  # None: run_arm (`engine run`)
+    python: str = sys.executable  # the side's interpreter (gates/envs.py)
 
 
 def run_arm(
@@ -155,7 +158,7 @@ def run_arm(
     )
     req.write_bytes(job.requests)
     argv = [
-        sys.executable,
+        job.python,
         "-m",
         "engine",
         "run",

@@ -18,6 +18,7 @@ from gates import (
     EXIT_OK,
     HARNESS_VERSION,
     BadInput,
+    envs,
     matrix,
     plan,
     prompts,
@@ -138,27 +139,34 @@ def load_inputs(root: Path, matrix_name: str) -> Inputs:
 
 
 def resolve_sides(
-    repo: git.Repo, opts: Options, st: store.Store, cache: Path
-) -> tuple[dict[str, refs.Side], dict[str, tuple[dict | None, str]]]:
-    """The resolve phase: refs -> sides with worktrees, and each side's engine capabilities."""
+    repo: git.Repo, opts: Options, st: store.Store, cache: Path, backends: list[str]
+) -> tuple[dict[str, refs.Side], dict[str, tuple[dict | None, str]], dict[str, envs.Env]]:
+    """The resolve phase: refs -> sides with worktrees, each side's environment (gates/envs.py)
+    and its engine's capabilities."""
     sides = {"base": refs.side(repo, "base", opts.base), "head": refs.side(repo, "head", opts.head)}
+    side_envs = envs.resolve(repo, sides, backends)
     fp = store.fingerprint()
     caps: dict[str, tuple[dict | None, str]] = {}
     for s in sides.values():
+        env = side_envs[s.name]
         if s.engine_tree is None:
             caps[s.name] = (None, "the commit has no engine/")
             continue
         s.worktree = refs.ensure_worktree(repo, s.sha)
-        ckey = store.arm_key(s.engine_tree, {"capabilities": True}, "", {}, fp, {})
+        if env.reason:
+            caps[s.name] = (None, f"its own environment could not be made: {env.reason}")
+            continue
+        kv = envs.key_vars(env)
+        ckey = store.arm_key(s.engine_tree, {"capabilities": True}, "", {}, fp, kv)
         cached = st.get(ckey, must_have="caps")
         if cached is not None:
             caps[s.name] = (cached["caps"], "")
             continue
-        got, why = capabilities(s.worktree, cache)
+        got, why = capabilities(s.worktree, cache, python=env.python)
         caps[s.name] = (got, why)
         if got is not None:
             st.put(ckey, {"caps": got})
-    return sides, caps
+    return sides, caps, side_envs
 
 
 def run(opts: Options) -> int:
@@ -171,8 +179,7 @@ def run(opts: Options) -> int:
     receipts_writable(out_dir)
     cache = refs.cache_root()
     st = store.Store(cache / "results", enabled=not opts.no_cache)
-    sides, caps = resolve_sides(repo, opts, st, cache)
-    mb = refs.merge_base(repo, sides["base"].sha, sides["head"].sha)
+    sides, caps, side_envs = resolve_sides(repo, opts, st, cache, m.axes["backend"])
     validate.against_capabilities(m, [c for c, _ in caps.values() if c is not None])
     n_workers, devices = workers(set(m.axes["backend"]), opts.jobs)
     runner = ArmRunner(
@@ -187,6 +194,7 @@ def run(opts: Options) -> int:
         workers=n_workers,
         devices=devices,
         quiet=opts.quiet,
+        envs=side_envs,
     )
     arms = the_plan.arms if opts.shard is None else shard.select(the_plan.arms, *opts.shard)
     if not opts.quiet:
@@ -198,30 +206,43 @@ def run(opts: Options) -> int:
             f"the result store had {len(st.corrupt)} unreadable entr"
             f"{'y' if len(st.corrupt) == 1 else 'ies'}: removed, and the arms run again"
         )
-    first = opts.shard is None or opts.shard[0] == 1  # a shard's extras run in shard 1 only
-    speed = None
-    if m.speed is not None and opts.speed and first:
-        speed = _speed(m, sides, inp.models, cache, opts.quiet)
-    lean_result = lean.check(repo, mb, sides["head"]) if opts.lean and first else None
-    run_info = {
-        "base": _side_json(sides["base"]),
-        "head": _side_json(sides["head"]),
-        "merge_base": mb,
-        "machine": store.machine(),
-        "fingerprint": store.fingerprint(),
-        "workers": n_workers,
-        "devices": devices,
-        "speed": speed,
-        "lean": None if lean_result is None else lean.as_json(lean_result),
-        "command": command_line(opts, root, inp.mpath, sides["base"], sides["head"]),
-    }
+    run_info = extras(opts, repo, inp, sides, side_envs, cache)
+    run_info.update(workers=n_workers, devices=devices)
     if opts.shard is not None:
         path = shard.write(out_dir, opts.shard, inp, run_info, runner, arms, time.monotonic() - t0)
         print(shard.line(path, runner, arms))
         return EXIT_OK
     rows = [runner.rows[a] for a in the_plan.arms]
-    results = {a: r for a, r in runner.results.items()}
-    return report(inp, run_info, rows, results, runner.ran, out_dir, time.monotonic() - t0)
+    return report(inp, run_info, rows, runner.results, runner.ran, out_dir, time.monotonic() - t0)
+
+
+def extras(
+    opts: Options,
+    repo: git.Repo,
+    inp: Inputs,
+    sides: dict[str, refs.Side],
+    side_envs: dict[str, envs.Env],
+    cache: Path,
+) -> dict[str, Any]:
+    """What a run records beside its arms: sides, machine, environments, and the speed and
+    lean sections (run once per run: by shard 1 of a sharded one)."""
+    first = opts.shard is None or opts.shard[0] == 1
+    speed = None
+    if inp.m.speed is not None and opts.speed and first:
+        speed = _speed(inp.m, sides, inp.models, cache, opts.quiet, side_envs)
+    mb = refs.merge_base(repo, sides["base"].sha, sides["head"].sha)
+    lean_result = lean.check(repo, mb, sides["head"]) if opts.lean and first else None
+    return {
+        "base": _side_json(sides["base"]),
+        "head": _side_json(sides["head"]),
+        "merge_base": mb,
+        "machine": store.machine(),
+        "fingerprint": store.fingerprint(),
+        "speed": speed,
+        "lean": None if lean_result is None else lean.as_json(lean_result),
+        "environments": envs.as_json(side_envs),
+        "command": command_line(opts, inp.root, inp.mpath, sides["base"], sides["head"]),
+    }
 
 
 def report(
@@ -269,6 +290,7 @@ def report(
         "bad_values": validate.values_run_nowhere(m, rows),
         "speed": run_info["speed"],
         "lean": run_info.get("lean"),
+        "environments": run_info.get("environments"),
         "arms": rows,
         "command": run_info["command"],
         "wall_s": round(wall_s, 1),
@@ -294,7 +316,12 @@ def _side_json(s: refs.Side) -> dict[str, Any]:
 
 
 def _speed(
-    m: matrix.Matrix, sides: dict[str, refs.Side], models: dict[str, Path], cache: Path, quiet: bool
+    m: matrix.Matrix,
+    sides: dict[str, refs.Side],
+    models: dict[str, Path],
+    cache: Path,
+    quiet: bool,
+    side_envs: dict[str, envs.Env],
 ) -> dict[str, Any]:
     spec = m.speed
     assert spec is not None
@@ -315,6 +342,7 @@ def _speed(
             spec,
             cache,
             None if quiet else log,
+            pythons={k: e.python for k, e in side_envs.items() if e.python},
         )
     except OSError as e:
         return {"status": "could_not_run", "cells": [], "reason": str(e)}

@@ -20,7 +20,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -66,7 +65,7 @@ def _get(url: str, timeout: float = 10) -> dict[str, Any]:
 def _start(
     job: ArmJob, err_path: Path, live: set[subprocess.Popen] | None, device: str | None
 ) -> tuple[subprocess.Popen, str, str]:
-    argv = [sys.executable, "-m", "engine", "serve", "--model", str(job.model)]
+    argv = [job.python, "-m", "engine", "serve", "--model", str(job.model)]
     argv += ["--host", "127.0.0.1", "--port", "0"]
     argv += [a for a in engine_args(job.config) if a != "--serial"] + job.extra_args
     env = dict(job.env)

@@ -13,7 +13,7 @@ from typing import Any
 
 import jinja2
 
-from gates import EXIT_ARM_FAILED, EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, store
+from gates import EXIT_ARM_FAILED, EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, envs, store
 from gates import prompts as prompts_mod
 from gates.checks.equality import describe_margin
 from gates.checks.lean import lean_counts, lean_line
@@ -311,6 +311,7 @@ def markdown(man: dict[str, Any], details: bool = True, cap: int | None = None) 
             entries_table=entries_table(man),
             arms_table=arms_table(man),
             machine=machine_line(man),
+            envs_line=envs.describe(man.get("environments")),
             details=details,
             cap=cap,
             stem=file_stem(man),

@@ -121,16 +121,19 @@ def run_speed(
     cache: Path,
     log: Any = None,
     plant: dict[str, str] | None = None,
+    pythons: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """ABBA blocks until no cell is inconclusive or the budget is spent; verdict per cell.
 
     ``plant`` (calibration only: ``gates.speed.calibrate``) adds environment variables to
-    the head side; a real comparison never passes it."""
+    the head side; a real comparison never passes it. ``pythons``: a side's interpreter where
+    it has its own environment (gates/envs.py; default: this one)."""
     t0 = time.monotonic()
     for side in ("base", "head"):
         if not has_engine(sides[side]):
             return _result("not_comparable", f"{side}: the commit has no engine/", spec)
     argv = bench_argv(model, backend, spec)
+    argvs = {s: [(pythons or {}).get(s, argv[0]), *argv[1:]] for s in ("base", "head")}
     envs = {s: base_env(sides[s], backend, {}, cache) for s in ("base", "head")}
     if plant:
         envs["head"].update(plant)
@@ -146,7 +149,7 @@ def run_speed(
                 break  # the next block would end past the budget: judge what there is
             for side in ORDER[blocks % 2]:
                 try:
-                    s = sample(sides[side], argv, envs[side], spec)
+                    s = sample(sides[side], argvs[side], envs[side], spec)
                 except SampleError as e:
                     # a bench that never worked on this side: not comparable; one that
                     # worked and then failed: could not run

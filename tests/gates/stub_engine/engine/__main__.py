@@ -72,8 +72,11 @@ def tokenize(req: dict, vocab: int) -> list[int]:
 
 
 def run(a: argparse.Namespace) -> int:
+    import importlib
     import os
 
+    if knobs.REQUIRE_MODULE:  # crashes where the commit's dependencies are not installed
+        importlib.import_module(knobs.REQUIRE_MODULE)
     cfg = json.loads((Path(a.model) / "config.json").read_text())
     vocab = int(cfg.get("vocab_size", 1000))
     if a.drafter in ("oracle", "noisy") and not (

@@ -13,3 +13,4 @@ HANG_KV = ""  # a kv dtype on which `run` hangs
 HANG_FILE = ""  # if set, HANG_KV hangs only while this file exists
 NO_KV = ()  # kv dtypes missing from capabilities
 FAIL_CAPABILITIES = False
+REQUIRE_MODULE = ""  # a module `run` imports first (per-commit environments)
