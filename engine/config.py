@@ -25,16 +25,11 @@ class EngineConfig:
     page_rows: int = 16
     step_rows: int = 64
     share: float = 1.0
-    backend: str = "numpy"
     drafter: str = "none"
     drafter_model: str | None = None
     draft_tokens: int = 4
     serial: bool = False
     flags: dict[str, str] = field(default_factory=env_flags)
-
-    @property
-    def paging(self) -> bool:
-        return self.kv_pages > 0
 
     @property
     def lanes(self) -> int:

@@ -43,7 +43,6 @@ def engine_config(args: argparse.Namespace, **overrides: Any) -> EngineConfig:
         page_rows=args.page_rows,
         step_rows=args.step_rows,
         share=args.share,
-        backend=args.backend,
         drafter=args.drafter,
         drafter_model=args.drafter_model,
         draft_tokens=args.draft_tokens,

@@ -131,7 +131,6 @@ def fake_engine(
             share=share,
             step_rows=step_rows,
             context=context,
-            backend="fake",
             **cfg,
         ),
         clock=clock,

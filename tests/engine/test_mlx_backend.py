@@ -316,7 +316,7 @@ def outcome(streams) -> list[tuple[list[int], list[float]]]:
 
 
 def serve(model, reqs: list[Request], **kw) -> list[tuple[list[int], list[float]]]:
-    engine = Engine(model, EngineConfig(context=256, backend=model.ops.name, flags={}, **kw))
+    engine = Engine(model, EngineConfig(context=256, flags={}, **kw))
     streams = [engine.submit(r) for r in reqs]
     engine.run()
     return outcome(streams)
@@ -364,7 +364,7 @@ def test_engine_staggered_arrivals(small_model, serial_outcome):
     clock = FakeClock()
     engine = Engine(
         model,
-        EngineConfig(parallel=4, context=256, step_rows=16, backend="mlx", flags={}),
+        EngineConfig(parallel=4, context=256, step_rows=16, flags={}),
         clock=clock,
     )
     streams = [engine.submit(r) for r in reqs]

@@ -1,5 +1,5 @@
-"""The scheduler policy (DESIGN 3.2): unit tests of policy.choose / policy.account, and the
-seed document's scenarios on the fake backend with a fake clock.
+"""The scheduler policy (`engine/lanes/policy.py`): unit tests of choose / account, and
+the scenarios of the project's design notes on the fake backend with a fake clock.
 
 Each engine-level scenario below fails if its rule is taken out of engine/lanes/policy.py
 (checked by hand once; see the commit message for the mutations)."""
