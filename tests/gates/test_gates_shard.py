@@ -99,6 +99,8 @@ def test_merge_refuses_missing_twice_and_foreign_shards(stub_repo, tmp_path, cap
         err = capsys.readouterr().err.strip()
         assert (code, man) == (2, {}), paths
         assert len(err.splitlines()) == 1 and why in err, err
+    assert main(["show", "--repo", str(root), a[0]]) == 2  # a shard is not a receipt
+    assert "join shards with `merge`" in capsys.readouterr().err
     (root / "matrices" / "small.yaml").write_text(
         (root / "matrices" / "small.yaml").read_text().replace("timeout: 20", "timeout: 21")
     )
