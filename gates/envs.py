@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,7 @@ def python_of(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _lock(path: Path):  # type: ignore[no-untyped-def]
+def _lock(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
