@@ -128,7 +128,7 @@ def test_the_default_matrix_with_a_failing_head_stays_under_the_limit(stub_repo,
             check=True,
         ).stdout
     )
-    monkeypatch.setattr(run_mod, "capabilities", lambda worktree, cache: (caps, ""))
+    monkeypatch.setattr(run_mod, "capabilities", lambda worktree, cache, **kw: (caps, ""))
     monkeypatch.setattr(execute, "run_arm", fake_arm(head))
     code, man, md = run_gates(stub_repo, "--no-speed", matrix="matrices/default.yaml")
     assert code == 1, man.get("verdict")
