@@ -94,16 +94,28 @@ class BlockDrafter(LaneDrafter):
         return BlockState(area=area, context=stream.fed)
 
     def _add_context(self, st: BlockState, start: int, taps: dict[int, np.ndarray], n: int) -> None:
+        self._add_context_many([(st, start, taps, n)])
+
+    def _add_context_many(self, items: list[tuple[BlockState, int, dict, int]]) -> None:
+        """Context rows of several streams in one batch of rows, stored per lane."""
+        if not items:
+            return
         ops, eps = self.model.ops, self.cfg.rms_norm_eps
-        feats = ops.concat_cols([ops.asarray(taps[i][:n]) for i in self.taps])
+        feats = ops.concat_rows(
+            [ops.concat_cols([ops.asarray(t[i][:n]) for i in self.taps]) for _, _, t, n in items]
+        )
         c = ops.rms_norm(ops.linear(feats, self.fc), self.hidden_norm, eps)
-        pos = np.arange(start, start + n)
+        pos = np.concatenate([np.arange(start, start + n) for _, start, _, n in items])
         cos, sin = ops.asarray(self.cos[pos]), ops.asarray(self.sin[pos])
-        lanes, lane = st.area
         for li, layer in enumerate(self.layers):
             _, k, v = project_qkv(self.cfg, ops, layer, c, cos, sin)
-            lanes.put(li, lane, start, k, v)
-        st.context = start + n
+            a = 0
+            for st, start, _, n in items:
+                lanes, lane = st.area
+                lanes.put(li, lane, start, k[a : a + n], v[a : a + n])
+                a += n
+        for st, start, _, n in items:
+            st.context = start + n
 
     def absorb_prompt(self, stream: Any, segment: Any, out: Any) -> None:
         st = self.states.get(stream.sid)
@@ -111,9 +123,15 @@ class BlockDrafter(LaneDrafter):
             self._add_context(st, out.start, out.taps, len(segment.tokens))
 
     def absorb(self, stream: Any, out: Any, accepted: int, emitted: list[int]) -> None:
-        st = self.states.get(stream.sid)
-        if st is not None and out.start == st.context and stream.fed > st.context:
-            self._add_context(st, out.start, out.taps, accepted + 1)
+        self.absorb_many([(stream, out, accepted, emitted)])
+
+    def absorb_many(self, items: list[tuple[Any, Any, int, list[int]]]) -> None:
+        batch = []
+        for stream, out, accepted, _ in items:
+            st = self.states.get(stream.sid)
+            if st is not None and out.start == st.context and stream.fed > st.context:
+                batch.append((st, out.start, out.taps, accepted + 1))
+        self._add_context_many(batch)
 
     def propose(self, stream: Any, k: int) -> list[int]:
         return self.propose_many([stream], k)[0]

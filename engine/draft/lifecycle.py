@@ -58,6 +58,12 @@ class LaneDrafter:
     def absorb(self, stream: Any, out: Any, accepted: int, emitted: list[int]) -> None:
         pass
 
+    def absorb_many(self, items: list[tuple[Any, Any, int, list[int]]]) -> None:
+        """`absorb` for the (stream, out, accepted, emitted) of one round; drafters that
+        batch override this."""
+        for stream, out, accepted, emitted in items:
+            self.absorb(stream, out, accepted, emitted)
+
     def propose(self, stream: Any, k: int) -> list[int]:
         return []
 

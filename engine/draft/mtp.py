@@ -100,27 +100,41 @@ class MtpDrafter(LaneDrafter):
         cos, sin = ops.asarray(m.cos[pos]), ops.asarray(m.sin[pos])
         return decoder_layer(m.config, ops, self.layer, x, cos, sin, attend)
 
-    def _logits(self, y_row: Any) -> np.ndarray:
-        ops = self.model.ops
-        normed = ops.rms_norm(y_row, self.norm, self.model.config.rms_norm_eps)
-        return ops.to_numpy(ops.linear(normed, self.model.lm_head))[0]
-
     def _catch_up(self, stream: Any, st: MtpState, start: int, hidden: np.ndarray) -> None:
-        """Add target rows start.. and compute every row whose next token is known."""
-        first = st.next_pos
-        if st.pending is not None:
-            rows = [st.pending, *hidden[first + 1 - start :]]
-        else:
-            rows = list(hidden[first - start :])
-        known = len(stream.tokens) - 1 - first  # rows q with t_{q+1} known
-        take = min(len(rows), known)
-        if take > 0:
-            tokens = stream.tokens[first + 1 : first + 1 + take]
-            y = self._rows(st, first, np.stack(rows[:take]), tokens)
-            st.y = y[-1:]
-            st.logits = self._logits(st.y)
-            st.next_pos = first + take
-        st.pending = rows[take] if take < len(rows) else None
+        self._catch_up_many([(stream, st, start, hidden)])
+
+    def _catch_up_many(self, items: list[tuple[Any, MtpState, int, np.ndarray]]) -> None:
+        """Add target rows start.. of each stream and compute, in one batch, every row
+        whose next token is known."""
+        work = []
+        for stream, st, start, hidden in items:
+            first = st.next_pos
+            if st.pending is not None:
+                rows = [st.pending, *hidden[first + 1 - start :]]
+            else:
+                rows = list(hidden[first - start :])
+            known = len(stream.tokens) - 1 - first  # rows q with t_{q+1} known
+            take = min(len(rows), known)
+            if take > 0:
+                tokens = stream.tokens[first + 1 : first + 1 + take]
+                work.append((st, first, np.stack(rows[:take]), tokens))
+                st.next_pos = first + take
+            st.pending = rows[take] if take < len(rows) else None
+        if not work:
+            return
+        ops = self.model.ops
+        y = self._rows_many(work)
+        ends = np.cumsum([len(tokens) for *_, tokens in work]) - 1
+        last = ops.take_rows(y, ends)
+        logits = self._logits_rows(last)
+        for j, (st, *_) in enumerate(work):
+            st.y = ops.take_rows(last, np.asarray([j]))
+            st.logits = logits[j]
+
+    def _logits_rows(self, y: Any) -> np.ndarray:
+        ops = self.model.ops
+        normed = ops.rms_norm(y, self.norm, self.model.config.rms_norm_eps)
+        return ops.to_numpy(ops.linear(normed, self.model.lm_head))
 
     def absorb_prompt(self, stream: Any, segment: Any, out: Any) -> None:
         st = self.states.get(stream.sid)
@@ -128,13 +142,19 @@ class MtpDrafter(LaneDrafter):
             self._catch_up(stream, st, out.start, out.taps[self.taps[0]])
 
     def absorb(self, stream: Any, out: Any, accepted: int, emitted: list[int]) -> None:
-        st = self.states.get(stream.sid)
-        if st is None:
-            return
-        if st.pending is not None:  # the prompt's last row; its rows were absorbed already
-            self._catch_up(stream, st, out.start, np.zeros((0,)))
-        else:  # a round: the pending token's row and the accepted drafts' rows
-            self._catch_up(stream, st, out.start, out.taps[self.taps[0]][: accepted + 1])
+        self.absorb_many([(stream, out, accepted, emitted)])
+
+    def absorb_many(self, items: list[tuple[Any, Any, int, list[int]]]) -> None:
+        batch = []
+        for stream, out, accepted, _ in items:
+            st = self.states.get(stream.sid)
+            if st is None:
+                continue
+            if st.pending is not None:  # the prompt's last row; its rows were absorbed already
+                batch.append((stream, st, out.start, np.zeros((0,))))
+            else:  # a round: the pending token's row and the accepted drafts' rows
+                batch.append((stream, st, out.start, out.taps[self.taps[0]][: accepted + 1]))
+        self._catch_up_many(batch)
 
     def propose(self, stream: Any, k: int) -> list[int]:
         return self.propose_many([stream], k)[0]
@@ -154,8 +174,7 @@ class MtpDrafter(LaneDrafter):
                 for (s, st), y in zip(active, ys, strict=True)
             ]
             y_all = self._rows_many(items)
-            normed = ops.rms_norm(y_all, self.norm, self.model.config.rms_norm_eps)
-            logits = ops.to_numpy(ops.linear(normed, self.model.lm_head))
+            logits = self._logits_rows(y_all)
             ys = [ops.take_rows(y_all, np.asarray([j])) for j in range(len(active))]
             for j, (s, _) in enumerate(active):
                 drafts[s.sid].append(int(np.argmax(logits[j])))

@@ -283,12 +283,22 @@ class Engine:
         self._rows = sum(len(seg.tokens) for seg in segs)
         outs = self.model.forward(segs, self.kv, self.drafter.taps)
         self.stats["rounds"] += 1
+        absorbs: list[tuple[Stream, Any, int, list[int]]] = []
         for s, seg, out, d in zip(streams, segs, outs, drafts, strict=True):
             s.rounds += 1
             self.stats["decode_tokens"] += len(seg.tokens)
-            self._emit(s, list(out.logits), d, out)
+            self._emit(s, list(out.logits), d, out, absorbs)
+        if absorbs:  # the drafter takes the round's verified rows in one batch
+            self.drafter.absorb_many(absorbs)
 
-    def _emit(self, s: Stream, logits: list[np.ndarray], drafts: list[int], out: Any) -> None:
+    def _emit(
+        self,
+        s: Stream,
+        logits: list[np.ndarray],
+        drafts: list[int],
+        out: Any,
+        absorbs: list[tuple[Stream, Any, int, list[int]]] | None = None,
+    ) -> None:
         """Sample from each logits row in order; keep drafts while they equal the sample.
 
         The token sampled from row i sits at absolute position len(tokens) + i, which keys
@@ -315,7 +325,10 @@ class Engine:
             s.drafted += len(drafts)
             s.accepted += len(emitted) - 1
         s.tokens.extend(emitted)
-        self.drafter.absorb(s, out, len(emitted) - 1, emitted)
+        if absorbs is None:
+            self.drafter.absorb(s, out, len(emitted) - 1, emitted)
+        else:
+            absorbs.append((s, out, len(emitted) - 1, emitted))
         if emitted[-1] in stops:
             self._finish(s, "stop")
         elif len(s.generated) >= s.req.max_tokens:
