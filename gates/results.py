@@ -1,0 +1,180 @@
+"""Typed results: one status vocabulary, and the records the evaluate phase hands the receipt.
+
+``Status`` joins what were two vocabularies (an arm's ``ok``/``crashed``/``refused`` and a
+gate's ``pass``/``fail``/``could_not_run``); its values are the strings the JSON manifest
+always used, so a manifest written before these types still reads (``from_json``) and the
+result store keeps its harness version. The renderer reads these fields, never the prose
+of a ``reason``: a reason is for people only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Status(enum.StrEnum):
+    # an arm
+    OK = "ok"
+    CRASHED = "crashed"  # crashed or timed out
+    REFUSED = "refused"  # the engine will not run that configuration (exit 2)
+    # an arm, an entry, a gate, a speed result
+    NOT_COMPARABLE = "not_comparable"
+    COULD_NOT_RUN = "could_not_run"
+    PASS = "pass"
+    FAIL = "fail"
+    EMPTY = "empty"  # a gate with no entries
+    NOT_RUN = "not_run"
+
+
+ORDER = (Status.FAIL, Status.COULD_NOT_RUN, Status.PASS, Status.NOT_COMPARABLE)
+
+
+def worst(states: list[Status]) -> Status:
+    """A gate or cell state from its entries': fail > could not run > pass > n/c."""
+    for s in ORDER:
+        if s in states:
+            return s
+    return Status.EMPTY
+
+
+def _status(d: dict[str, Any], key: str = "status") -> Status:
+    try:
+        return Status(d[key])
+    except (KeyError, ValueError) as e:
+        raise ValueError(f"result: field '{key}' is {d.get(key)!r}, not a status") from e
+
+
+def _need(d: dict[str, Any], key: str, what: str) -> Any:
+    if key not in d:
+        raise ValueError(f"{what}: field '{key}' is missing")
+    return d[key]
+
+
+def _json(obj: Any, skip_none: bool = True) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if v is None and skip_none:
+            continue
+        out[f.name] = str(v) if isinstance(v, Status) else v
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """One entry of a gate: a comparison of two arms, or a check of one arm (``arm``) or of
+    base against head. ``stderr_tail`` is None when the arms ran (a blocked entry has
+    one, maybe empty); ``blocked_arm`` names the arm that blocked it, ``arm_reason`` is
+    that arm's own reason, and ``ran_on_other_commit`` says that arm was refused on one
+    commit but ran on the other."""
+
+    column: str
+    status: Status
+    reason: str = ""
+    matched: int = 0
+    total: int = 0
+    a: str | None = None
+    b: str | None = None
+    a_name: str | None = None
+    b_name: str | None = None
+    arm: str | None = None
+    diffs: list[dict[str, Any]] = field(default_factory=list)
+    n_diffs: int = 0
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    values: dict[str, Any] = field(default_factory=dict)
+    notice: str | None = None
+    stderr_tail: str | None = None
+    blocked_arm: str | None = None
+    arm_reason: str | None = None
+    ran_on_other_commit: bool = False
+
+    @property
+    def is_pair(self) -> bool:
+        """A comparison of two arms' replies (not a metrics check)."""
+        return self.a_name is not None
+
+    @property
+    def where(self) -> str:
+        return self.b or self.arm or ""
+
+    def to_json(self) -> dict[str, Any]:
+        return _json(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Comparison:
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["status"] = _status(d)
+        kw["column"] = _need(d, "column", "gate entry")
+        return cls(**kw)
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """A gate's entries in one column of the receipt's table."""
+
+    status: Status
+    matched: int
+    total: int
+    counts: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        return _json(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Cell:
+        m, t = _need(d, "matched", "gate cell"), _need(d, "total", "gate cell")
+        return cls(_status(d), m, t, dict(d.get("counts", {})))
+
+
+@dataclass(frozen=True, slots=True)
+class GateResult:
+    name: str
+    kind: str
+    status: Status
+    matched: int
+    total: int
+    sides: list[str] = field(default_factory=list)
+    cells: dict[str, Cell] = field(default_factory=dict)
+    entries: list[Comparison] = field(default_factory=list)
+    vary: Any = None
+    reference: Any = None
+    limits: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = _json(self)
+        out["cells"] = {k: c.to_json() for k, c in self.cells.items()}
+        out["entries"] = [e.to_json() for e in self.entries]
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> GateResult:
+        return cls(
+            name=_need(d, "name", "gate result"),
+            kind=_need(d, "kind", "gate result"),
+            status=_status(d),
+            matched=d.get("matched", 0),
+            total=d.get("total", 0),
+            sides=list(d.get("sides", [])),
+            cells={k: Cell.from_json(c) for k, c in d.get("cells", {}).items()},
+            entries=[Comparison.from_json(e) for e in d.get("entries", [])],
+            vary=d.get("vary"),
+            reference=d.get("reference"),
+            limits=d.get("limits"),
+        )
+
+
+def gates_of(man: dict[str, Any]) -> list[GateResult]:
+    """The typed gates of a manifest (as written by the evaluate phase, or read from JSON)."""
+    out = []
+    for g in man["gates"]:
+        if isinstance(g, GateResult):
+            out.append(g)
+        elif isinstance(g, dict):
+            out.append(GateResult.from_json(g))
+        else:
+            raise TypeError(f"manifest: a gate is a {type(g).__name__}, not a GateResult")
+    return out
