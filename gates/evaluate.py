@@ -8,14 +8,16 @@ not run; otherwise it holds if any entry held.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from gates import plan
 from gates.checks import acceptance, equality, resources, schedule
 from gates.matrix import Gate, Matrix
-from gates.plan import Arm, Comparison, PairCheck, Plan, ResourceCheck, ScheduleCheck
+from gates.plan import Arm, PairCheck, Plan, ResourceCheck, ScheduleCheck
+from gates.results import ORDER, Cell, Comparison, GateResult, Status, worst
 
 MAX_DIFFS = 5  # per comparison, kept in the manifest
-ORDER = ("fail", "could_not_run", "pass", "not_comparable")
 
 
 def pair_names(a: Arm, b: Arm) -> tuple[str, str]:
@@ -48,78 +50,87 @@ def pair_names(a: Arm, b: Arm) -> tuple[str, str]:
     return show(ca), show(cb)
 
 
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """Why an entry could not be evaluated, and which arm stopped it."""
+
+    status: Status
+    reason: str
+    stderr_tail: str
+    arm: str
+    arm_reason: str
+    ran_on_other_commit: bool = False
+
+
 def _blocked(
     arms: tuple[Arm, ...], rows: dict[Arm, dict[str, Any]], results: dict[Arm, dict[str, Any]]
-) -> tuple[str, str, str] | None:
-    """(state, reason, stderr tail) if an arm is not comparable or did not finish.
+) -> Blocked | None:
+    """Why an arm is not comparable or did not finish, or None.
 
     An arm the engine refused (exit 2: it will not run that configuration) is not
     comparable, unless the same arm ran on the other commit: then head (or base) lost
     something the other side has, and the comparison could not run."""
     for arm in arms:
         row = rows[arm]
-        if row.get("status") == "not_comparable":
-            return "not_comparable", row.get("reason", ""), ""
+        if row.get("status") == Status.NOT_COMPARABLE:
+            why = row.get("reason", "")
+            return Blocked(Status.NOT_COMPARABLE, why, "", arm.id, why)
     status = {arm: (results.get(arm) or {}).get("status") for arm in arms}
     for arm in arms:
         r = results.get(arm)
         if r is None:
-            return "could_not_run", f"{arm.id}: no result (interrupted?)", ""
-        if r.get("status") == "refused":
+            why = "no result (interrupted?)"
+            return Blocked(Status.COULD_NOT_RUN, f"{arm.id}: {why}", "", arm.id, why)
+        if r.get("status") == Status.REFUSED:
             others = [a for a in arms if a is not arm]
-            lost = any(status[a] == "ok" and a.side != arm.side for a in others)
-            state = "could_not_run" if lost else "not_comparable"
-            why = f"{arm.id} — {r.get('reason', 'refused')}"
-            if lost:
-                why += " (the other commit ran it)"
-            return state, why, r.get("stderr_tail", "")
+            lost = any(status[a] == Status.OK and a.side != arm.side for a in others)
+            own = r.get("reason", "refused")
+            why = f"{arm.id} — {own}" + (" (the other commit ran it)" if lost else "")
+            state = Status.COULD_NOT_RUN if lost else Status.NOT_COMPARABLE
+            return Blocked(state, why, r.get("stderr_tail", ""), arm.id, own, lost)
     for arm in arms:
         r = results[arm]
-        if r.get("status") != "ok":
-            return (
-                "could_not_run",
-                f"{arm.id}: {r.get('reason', 'crashed')}",
-                r.get("stderr_tail", ""),
-            )
+        if r.get("status") != Status.OK:
+            own = r.get("reason", "crashed")
+            tail = r.get("stderr_tail", "")
+            return Blocked(Status.COULD_NOT_RUN, f"{arm.id}: {own}", tail, arm.id, own)
     return None
 
 
+def _blocked_fields(b: Blocked) -> dict[str, Any]:
+    return {
+        "status": b.status,
+        "reason": b.reason,
+        "stderr_tail": b.stderr_tail,
+        "blocked_arm": b.arm,
+        "arm_reason": b.arm_reason,
+        "ran_on_other_commit": b.ran_on_other_commit,
+    }
+
+
 def _comparison(
-    c: Comparison,
+    c: plan.Comparison,
     rows: dict[Arm, dict[str, Any]],
     results: dict[Arm, dict[str, Any]],
     requests: dict[str, dict[str, Any]],
     decode: equality.Decoder | None,
-) -> dict[str, Any]:
+) -> Comparison:
     a_name, b_name = pair_names(c.a, c.b)
-    e: dict[str, Any] = {
-        "column": c.column,
-        "a": c.a.id,
-        "b": c.b.id,
-        "a_name": a_name,
-        "b_name": b_name,
-        "matched": 0,
-        "total": 0,
-        "reason": "",
-        "diffs": [],
-        "n_diffs": 0,
-        "skipped": [],
-    }
+    names = {"column": c.column, "a": c.a.id, "b": c.b.id, "a_name": a_name, "b_name": b_name}
     blocked = _blocked((c.a, c.b), rows, results)
     if blocked:
-        e["status"], e["reason"], e["stderr_tail"] = blocked
-        return e
+        return Comparison(**names, **_blocked_fields(blocked))
     dropped = {**rows[c.a].get("dropped", {}), **rows[c.b].get("dropped", {})}
     got = equality.compare(results[c.a], results[c.b], c.only_ids, requests, decode, dropped)
-    e.update(
+    return Comparison(
+        **names,
+        status=Status.PASS if got["matched"] == got["total"] else Status.FAIL,
         matched=got["matched"],
         total=got["total"],
         skipped=got["skipped"],
         n_diffs=len(got["diffs"]),
         diffs=got["diffs"][:MAX_DIFFS],
     )
-    e["status"] = "pass" if got["matched"] == got["total"] else "fail"
-    return e
 
 
 def background(arm: Arm, sets: dict[str, list[dict[str, Any]]]) -> frozenset[str]:
@@ -134,21 +145,12 @@ def _check(
     results: dict[Arm, dict[str, Any]],
     gate: Gate,
     sets: dict[str, list[dict[str, Any]]],
-) -> dict[str, Any]:
+) -> Comparison:
     """A check of one arm (resource, schedule) or of base against head (behaviour)."""
     arms = (c.a, c.b) if isinstance(c, PairCheck) else (c.arm,)
-    e: dict[str, Any] = {
-        "column": c.column,
-        "arm": arms[-1].id,
-        "reason": "",
-        "values": {},
-        "matched": 0,
-        "total": 0,
-    }
     blocked = _blocked(arms, rows, results)
     if blocked:
-        e["status"], e["reason"], e["stderr_tail"] = blocked
-        return e
+        return Comparison(column=c.column, arm=arms[-1].id, **_blocked_fields(blocked))
     if isinstance(c, ResourceCheck):
         got = resources.check(results[c.arm], c.limits)
     elif isinstance(c, ScheduleCheck):
@@ -158,26 +160,37 @@ def _check(
         got = schedule.compare(results[c.a], results[c.b], gate.metrics, gate.worse_by, bg)
     else:
         got = acceptance.compare(results[c.a], results[c.b], gate.max_drop)
-    e["values"] = got["values"]
-    e["reason"] = "; ".join(got["problems"])
-    if got.get("notice"):
-        e["notice"] = got["notice"]
-    e["total"] = 1
     if got["ok"] is None:
-        e["status"] = "not_comparable"
-        e["total"] = 0
-    elif got["ok"]:
-        e["status"], e["matched"] = "pass", 1
+        status, matched, total = Status.NOT_COMPARABLE, 0, 0
     else:
-        e["status"] = "fail"
-    return e
+        status = Status.PASS if got["ok"] else Status.FAIL
+        matched, total = int(bool(got["ok"])), 1
+    return Comparison(
+        column=c.column,
+        arm=arms[-1].id,
+        status=status,
+        reason="; ".join(got["problems"]),
+        values=got["values"],
+        notice=got.get("notice") or None,
+        matched=matched,
+        total=total,
+    )
 
 
-def _state(states: list[str]) -> str:
-    for s in ORDER:
-        if s in states:
-            return s
-    return "empty"
+def _cells(entries: list[Comparison]) -> dict[str, Cell]:
+    by_column: dict[str, list[Comparison]] = {}
+    for e in entries:
+        by_column.setdefault(e.column, []).append(e)
+    cells = {}
+    for col, es in by_column.items():
+        states = [e.status for e in es]
+        cells[col] = Cell(
+            status=worst(states),
+            matched=sum(e.matched for e in es),
+            total=sum(e.total for e in es),
+            counts={str(s): states.count(s) for s in ORDER},
+        )
+    return cells
 
 
 def evaluate(
@@ -187,10 +200,10 @@ def evaluate(
     rows: dict[Arm, dict[str, Any]],
     sets: dict[str, list[dict[str, Any]]],
     decoders: dict[str, equality.Decoder | None],
-) -> list[dict[str, Any]]:
+) -> list[GateResult]:
     out = []
     for gate in m.gates:
-        entries: list[dict[str, Any]] = []
+        entries: list[Comparison] = []
         for c in plan.comparisons:
             if c.gate == gate.name:
                 cfg = c.b.config
@@ -199,32 +212,21 @@ def evaluate(
         for rc in [*plan.checks, *plan.schedule_checks, *plan.pairs]:
             if rc.gate == gate.name:
                 entries.append(_check(rc, rows, results, gate, sets))
-        cells: dict[str, dict[str, Any]] = {}
-        for e in entries:
-            cell = cells.setdefault(e["column"], {"matched": 0, "total": 0, "states": []})
-            cell["matched"] += e["matched"]
-            cell["total"] += e["total"]
-            cell["states"].append(e["status"])
-        for cell in cells.values():
-            cell["status"] = _state(cell["states"])
-            cell["counts"] = {s: cell["states"].count(s) for s in ORDER}
-            del cell["states"]
-        g = {
-            "name": gate.name,
-            "kind": gate.kind,
-            "sides": list(gate.sides),
-            "status": _state([e["status"] for e in entries]),
-            "matched": sum(e["matched"] for e in entries),
-            "total": sum(e["total"] for e in entries),
-            "cells": cells,
-            "entries": entries,
-        }
-        if gate.kind == "within_commit":
-            g["vary"] = gate.vary
-            g["reference"] = gate.reference
-        if gate.kind == "resource":
-            g["limits"] = gate.limits
-        if gate.kind == "schedule":
-            g["limits"] = gate.budgets
-        out.append(g)
+        limits = {"resource": gate.limits, "schedule": gate.budgets}.get(gate.kind)
+        within = gate.kind == "within_commit"
+        out.append(
+            GateResult(
+                name=gate.name,
+                kind=gate.kind,
+                sides=list(gate.sides),
+                status=worst([e.status for e in entries]),
+                matched=sum(e.matched for e in entries),
+                total=sum(e.total for e in entries),
+                cells=_cells(entries),
+                entries=entries,
+                vary=gate.vary if within else None,
+                reference=gate.reference if within else None,
+                limits=limits,
+            )
+        )
     return out

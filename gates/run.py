@@ -285,7 +285,7 @@ def report(
             "workers": run_info["workers"],
             "devices": run_info["devices"],
         },
-        "gates": gates_out,
+        "gates": [g.to_json() for g in gates_out],
         "notes": the_plan.notes + run_info.get("notes", []),
         "bad_values": validate.values_run_nowhere(m, rows),
         "speed": run_info["speed"],

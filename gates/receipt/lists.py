@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gates.results import Status, gates_of
+
 ARM_CHECKS = ("resource", "schedule", "schedule_across_commits", "acceptance_across_commits")
 
 
@@ -21,16 +23,16 @@ def skipped(man: dict[str, Any]) -> list[str]:
         n = f"{len(ids)} arm{'s' * (len(ids) > 1)}, e.g. {ids[0]}"
         out.append(f"not comparable: {first} ({n}){nl}{rest}")
     out += [f"skipped: {n}" for n in man.get("notes", [])]
-    for g in man["gates"]:
-        for e in g["entries"]:
-            for s in e.get("skipped", []):
-                out.append(f"left out of {g['name']}: request `{s['id']}` — {s['reason']}")
+    for g in gates_of(man):
+        for e in g.entries:
+            for s in e.skipped:
+                out.append(f"left out of {g.name}: request `{s['id']}` — {s['reason']}")
             if (
-                e["status"] == "not_comparable"
-                and g["kind"] in ARM_CHECKS
-                and "stderr_tail" not in e  # the arms ran; a metric or trace is missing
+                e.status == Status.NOT_COMPARABLE
+                and g.kind in ARM_CHECKS
+                and e.stderr_tail is None  # the arms ran; a metric or trace is missing
             ):
-                out.append(f"{g['name']}: {e['arm']}: {e['reason']}")
+                out.append(f"{g.name}: {e.arm}: {e.reason}")
     sp = man.get("speed")
     if sp and sp.get("status") == "not_comparable":
         out.append(f"speed not comparable: {sp.get('reason')}")
@@ -40,10 +42,10 @@ def skipped(man: dict[str, Any]) -> list[str]:
 def notices(man: dict[str, Any]) -> list[str]:
     """What changed without failing a gate (a schedule that moved within its budgets)."""
     out = []
-    for g in man["gates"]:
-        for e in g["entries"]:
-            if e.get("notice"):
-                out.append(f"{g['name']} · `{e['arm']}`: {e['notice']}")
+    for g in gates_of(man):
+        for e in g.entries:
+            if e.notice:
+                out.append(f"{g.name} · `{e.arm}`: {e.notice}")
     return out
 
 
@@ -58,11 +60,11 @@ def crashed(man: dict[str, Any]) -> list[dict[str, Any]]:
             {"reason": a.get("reason", ""), "stderr_tail": a.get("stderr_tail", ""), "ids": []},
         )
         g["ids"].append(a["id"])
-    for gate in man["gates"]:  # an arm refused on one commit that the other one ran
-        for e in gate["entries"]:
-            if e["status"] == "could_not_run" and "(the other commit ran it)" in e["reason"]:
-                arm_id, _, why = e["reason"].partition(" — ")
+    for gate in gates_of(man):  # an arm refused on one commit that the other one ran
+        for e in gate.entries:
+            if e.ran_on_other_commit and e.blocked_arm:
+                why = f"{e.arm_reason} (the other commit ran it)"
                 g = groups.setdefault((why, ""), {"reason": why, "stderr_tail": "", "ids": []})
-                if arm_id not in g["ids"]:
-                    g["ids"].append(arm_id)
+                if e.blocked_arm not in g["ids"]:
+                    g["ids"].append(e.blocked_arm)
     return list(groups.values())

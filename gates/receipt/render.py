@@ -19,6 +19,7 @@ from gates.checks.equality import describe_margin
 from gates.checks.lean import lean_counts, lean_line
 from gates.receipt.lists import ARM_CHECKS, crashed, notices, skipped
 from gates.receipt.table import bullet, fence, md_table
+from gates.results import Cell, Comparison, Status, gates_of
 from gates.speed import chart as speed_chart
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -28,8 +29,8 @@ ICON = {"pass": "✅", "fail": "❌", "could_not_run": "⚠️", "not_comparable
 
 def verdict(man: dict[str, Any]) -> tuple[str, int]:
     """(verdict line, exit code) of a manifest."""
-    gates = man["gates"]
-    failed = [g["name"] for g in gates if g["status"] == "fail"]
+    gates = gates_of(man)
+    failed = [g.name for g in gates if g.status == Status.FAIL]
     speed = man.get("speed") or {}
     if speed.get("status") == "fail":
         failed.append("speed")
@@ -43,7 +44,7 @@ def verdict(man: dict[str, Any]) -> tuple[str, int]:
             f"❌ {len(failed)} gate{'s' * (len(failed) > 1)} failed: {', '.join(failed)}",
             EXIT_GATE_FAILED,
         )
-    blocked = [g for g in gates if g["status"] == "could_not_run"]
+    blocked = [g for g in gates if g.status == Status.COULD_NOT_RUN]
     if crashed or blocked or speed.get("status") == "could_not_run":
         n = len(crashed)
         what = (
@@ -52,29 +53,29 @@ def verdict(man: dict[str, Any]) -> tuple[str, int]:
             else f"{len(blocked)} gate{'s' * (len(blocked) != 1)} could not run"
         )
         return f"⚠️ could not run: {what}", EXIT_ARM_FAILED
-    if not any(g["status"] == "pass" for g in gates):
+    if not any(g.status == Status.PASS for g in gates):
         return "⚠️ nothing could be compared", EXIT_ARM_FAILED
     extra = f" ({len(nc)} arm{'s' * (len(nc) > 1)} not comparable)" if nc else ""
     return f"✅ all hold{extra}", EXIT_OK
 
 
-def cell_text(kind: str, cell: dict[str, Any] | None) -> str:
+def cell_text(kind: str, cell: Cell | None) -> str:
     if cell is None:
         return "—"
-    st, c = cell["status"], cell["counts"]
-    count = f"{cell['matched']}/{cell['total']}"
+    st, c = cell.status, cell.counts
+    count = f"{cell.matched}/{cell.total}"
     nc = f" (+{c['not_comparable']} n/c)" if c.get("not_comparable") else ""
     if kind in ARM_CHECKS:
         if st == "pass":
             return f"✅ {count} arms{nc}"
         if st == "fail":
-            return f"❌ {cell['total'] - cell['matched']} of {cell['total']} arms"
+            return f"❌ {cell.total - cell.matched} of {cell.total} arms"
     if st == "pass":
         return count + nc
     if st == "fail":
         return f"❌ {count}"
     if st == "could_not_run":
-        return "⚠️ could not run" + (f" ({count} of the rest)" if cell["total"] else "")
+        return "⚠️ could not run" + (f" ({count} of the rest)" if cell.total else "")
     return "n/c"
 
 
@@ -85,37 +86,35 @@ def _fmt_ids(ids: list[int] | None) -> str:
 def failure_lines(man: dict[str, Any]) -> list[dict[str, Any]]:
     """Per failing gate: its first failing comparison in full, the others in one line each."""
     out = []
-    for g in man["gates"]:
-        failing = [e for e in g["entries"] if e["status"] == "fail"]
+    for g in gates_of(man):
+        failing = [e for e in g.entries if e.status == Status.FAIL]
         if not failing:
             continue
         e = failing[0]
         rec = {
-            "gate": g["name"],
-            "where": e.get("b") or e.get("arm"),
-            "a_name": e.get("a_name"),
-            "b_name": e.get("b_name"),
-            "count": f"{e['matched']}/{e['total']}" if "a_name" in e else "",
-            "reason": e.get("reason", ""),
-            "diffs": [
-                _diff_line(d, e["a_name"], e["b_name"]) for d in e.get("diffs", [])[:DIFFS_SHOWN]
-            ],
-            "more": max(0, e.get("n_diffs", 0) - DIFFS_SHOWN),
-            "others": [],
+            "gate": g.name,
+            "where": e.where,
+            "a_name": e.a_name,
+            "b_name": e.b_name,
+            "count": f"{e.matched}/{e.total}" if e.is_pair else "",
+            "reason": e.reason,
+            "diffs": [_diff_line(d, e.a_name or "", e.b_name or "") for d in e.diffs[:DIFFS_SHOWN]],
+            "more": max(0, e.n_diffs - DIFFS_SHOWN),
+            "others": [_other_line(o) for o in failing[1:]],
         }
-        for o in failing[1:]:
-            where = o.get("b") or o.get("arm")
-            if "a_name" not in o:
-                rec["others"].append(f"`{where}`: {o.get('reason', '')}")
-                continue
-            d = (o.get("diffs") or [{}])[0]
-            what = "same tokens, other bits at token" if d.get("kind") == "bits" else "from index"
-            rec["others"].append(
-                f"`{where}` ({o['a_name']} vs {o['b_name']}) {o['matched']}/{o['total']}; "
-                f"first: `{d.get('id')}` {what} {d.get('index')}"
-            )
         out.append(rec)
     return out
+
+
+def _other_line(o: Comparison) -> str:
+    if not o.is_pair:
+        return f"`{o.where}`: {o.reason}"
+    d = (o.diffs or [{}])[0]
+    what = "same tokens, other bits at token" if d.get("kind") == "bits" else "from index"
+    return (
+        f"`{o.where}` ({o.a_name} vs {o.b_name}) {o.matched}/{o.total}; "
+        f"first: `{d.get('id')}` {what} {d.get('index')}"
+    )
 
 
 def _diff_line(d: dict[str, Any], an: str, bn: str) -> str:
@@ -179,40 +178,34 @@ def bits_line(d: dict[str, Any], an: str, bn: str) -> str:
 
 def gate_table(man: dict[str, Any]) -> str:
     col = man["matrix"].get("columns")
+    gates = gates_of(man)
     values: list[str] = []
-    for g in man["gates"]:
-        for k in g["cells"]:
+    for g in gates:
+        for k in g.cells:
             if k not in values:
                 values.append(k)
     headers = ["gate", *(values if col else ["result"])]
     rows = []
-    for g in man["gates"]:
+    for g in gates:
         if col:
-            cells = [cell_text(g["kind"], g["cells"].get(v)) for v in values]
+            cells = [cell_text(g.kind, g.cells.get(v)) for v in values]
         else:
-            cells = [cell_text(g["kind"], next(iter(g["cells"].values()), None))]
-        rows.append([f"{ICON.get(g['status'], '')} {g['name']}", *cells])
+            cells = [cell_text(g.kind, next(iter(g.cells.values()), None))]
+        rows.append([f"{ICON.get(g.status, '')} {g.name}", *cells])
     return md_table(rows, headers=headers)
 
 
 def entries_table(man: dict[str, Any]) -> str:
     rows = []
-    for g in man["gates"]:
-        for e in g["entries"]:
-            what = f"{e['a_name']} vs {e['b_name']}" if "a_name" in e else "metrics"
-            arm = e.get("b") or e.get("arm")
-            res = f"{e['matched']}/{e['total']}" if e["status"] in ("pass", "fail") else ""
-            if "values" in e and e["values"]:
-                res = ", ".join(f"{k} {v}" for k, v in e["values"].items())
-            rows.append(
-                [
-                    g["name"],
-                    arm,
-                    what,
-                    f"{ICON.get(e['status'], '')} {res}".strip(),
-                    e.get("reason", ""),
-                ]
-            )
+    for g in gates_of(man):
+        for e in g.entries:
+            what = f"{e.a_name} vs {e.b_name}" if e.is_pair else "metrics"
+            ran = e.status in (Status.PASS, Status.FAIL)
+            res = f"{e.matched}/{e.total}" if ran else ""
+            if e.values:
+                res = ", ".join(f"{k} {v}" for k, v in e.values.items())
+            icon = ICON.get(e.status, "")
+            rows.append([g.name, e.where, what, f"{icon} {res}".strip(), e.reason])
     return md_table(rows, headers=["gate", "arm", "compared", "result", "note"])
 
 
@@ -365,11 +358,8 @@ def summary(man: dict[str, Any], md_path: Path | None = None) -> str:
         f"Gates: {man['verdict']} — head {man['head']['sha'][:10]} against base "
         f"{man['base']['sha'][:10]} (exit {man['exit_code']})"
     ]
-    for g in man["gates"]:
-        lines.append(
-            f"  {ICON.get(g['status'], '')} {g['name']}: {g['matched']}/{g['total']}"
-            f" [{g['status']}]"
-        )
+    for g in gates_of(man):
+        lines.append(f"  {ICON.get(g.status, '')} {g.name}: {g.matched}/{g.total} [{g.status}]")
     sp = man.get("speed")
     if sp:
         why = sp.get("reason") or speed_chart.summary_line(sp)

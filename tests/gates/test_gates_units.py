@@ -5,6 +5,7 @@ from __future__ import annotations
 from conftest import run_gates
 from gates.checks import equality
 from gates.receipt import render
+from gates.results import GateResult, Status
 
 
 def reply(rid, ids, margins=None, finish="length", **kw):
@@ -75,7 +76,9 @@ def test_decoder_from_tokenizer_json():
 def test_verdict_exit_codes():
     def man(*states, arms=()):
         return {
-            "gates": [{"name": f"g{i}", "status": s} for i, s in enumerate(states)],
+            "gates": [
+                GateResult(f"g{i}", "across_commits", Status(s), 0, 0) for i, s in enumerate(states)
+            ],
             "arms": list(arms),
             "speed": None,
         }

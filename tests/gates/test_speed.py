@@ -12,6 +12,7 @@ import pytest
 
 from gates import BadInput, matrix
 from gates.receipt import render
+from gates.results import GateResult, Status
 from gates.speed import chart, schema, stats
 from gates.speed.measure import judge, max_looks
 
@@ -173,7 +174,8 @@ def test_receipt_table_and_chart():
 
 
 def test_speed_verdict_exit_codes():
-    man = {"gates": [{"name": "g", "status": "pass"}], "arms": [], "speed": _speed_result(1.05)}
+    gate = GateResult("g", "across_commits", Status.PASS, 1, 1)
+    man = {"gates": [gate], "arms": [], "speed": _speed_result(1.05)}
     assert render.verdict(man) == ("❌ 1 gate failed: speed", 1)
     man["speed"] = _speed_result(1.0)
     man["speed"]["cells"][0]["verdict"] = "inconclusive"
