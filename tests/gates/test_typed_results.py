@@ -1,0 +1,102 @@
+"""No typed module of gates/ hands on a result as a plain dict.
+
+The modules in TYPED produce or read gate results; every function in them (public or
+not) is checked through ``typing.get_type_hints``: none may take or return a bare
+``dict[str, Any]`` (or a list of them) except the names in ALLOWED, which are manifests or
+records for a template, not results. A module moved over to the typed results joins TYPED.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import typing
+from typing import Any
+
+import pytest
+
+from gates.results import GateResult, Status, gates_of
+
+TYPED = ("gates.results", "gates.evaluate", "gates.receipt.lists", "gates.receipt.render")
+
+# (module, function, parameter or "return"): what the dict is, since it is not a result
+ALLOWED = {
+    # the manifest itself: JSON as written to disk; its gates are read through gates_of
+    **{(m, f, "man"): "manifest" for m in TYPED for f in ("*",)},
+    ("gates.results", "_need", "d"): "JSON being read",
+    ("gates.results", "_status", "d"): "JSON being read",
+    ("gates.results", "_json", "return"): "JSON being written",
+    ("gates.results", "*", "return"): "to_json: JSON being written",
+    ("gates.results", "*", "d"): "from_json: JSON being read",
+    ("gates.results", "__init__", "diffs"): "differing requests as the equality check wrote them",
+    ("gates.results", "__init__", "skipped"): "requests left out: id and reason",
+    ("gates.results", "__init__", "values"): "metric name -> value, shown as is",
+    ("gates.evaluate", "*", "rows"): "arm rows of the manifest (arms are not typed yet)",
+    ("gates.evaluate", "*", "results"): "arm results from the store (arms are not typed yet)",
+    ("gates.evaluate", "*", "requests"): "prompt requests, not results",
+    ("gates.evaluate", "*", "sets"): "prompt sets, not results",
+    ("gates.evaluate", "_blocked_fields", "return"): "keyword arguments of Comparison",
+    ("gates.receipt.render", "*", "d"): "one differing request of a comparison, for display",
+    ("gates.receipt.render", "*", "speed"): "speed result (speed is not typed yet)",
+    ("gates.receipt.render", "failure_lines", "return"): "records for the template",
+    ("gates.receipt.lists", "crashed", "return"): "records for the template",
+}
+
+DICT = dict[str, Any]
+BAD = (DICT, list[DICT], DICT | None)
+
+
+def _functions(modname: str) -> list[tuple[str, Any]]:
+    mod = importlib.import_module(modname)
+    out = []
+    for name, obj in vars(mod).items():
+        if inspect.isfunction(obj) and obj.__module__ == modname:
+            out.append((name, obj))
+        elif inspect.isclass(obj) and obj.__module__ == modname:
+            for mname, meth in vars(obj).items():
+                fn = meth.__func__ if isinstance(meth, classmethod) else meth
+                if inspect.isfunction(fn):
+                    out.append((f"{name}.{mname}", fn))
+    return out
+
+
+def _allowed(modname: str, fname: str, param: str) -> bool:
+    short = fname.rsplit(".", 1)[-1]
+    return any((modname, f, param) in ALLOWED for f in (fname, short, "*"))
+
+
+def untyped(modnames: tuple[str, ...] = TYPED) -> list[str]:
+    bad = []
+    for modname in modnames:
+        for fname, fn in _functions(modname):
+            hints = typing.get_type_hints(fn)
+            for param, hint in hints.items():
+                if hint in BAD and not _allowed(modname, fname, param):
+                    bad.append(f"{modname}.{fname}: {param} is {hint}")
+    return bad
+
+
+def test_typed_modules_pass_no_result_dict():
+    assert untyped() == []
+
+
+def test_the_check_sees_a_result_dict(tmp_path, monkeypatch):
+    """The check is not vacuous: a module whose function returns a dict result is caught."""
+    (tmp_path / "planted_mod.py").write_text(
+        "from __future__ import annotations\nfrom typing import Any\n\n"
+        "def entry(column: str) -> dict[str, Any]:\n    return {'status': 'pass'}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert untyped(("planted_mod",)) == ["planted_mod.entry: return is dict[str, typing.Any]"]
+
+
+def test_evaluate_produces_typed_gates():
+    from gates import evaluate
+
+    hints = typing.get_type_hints(evaluate.evaluate)
+    assert hints["return"] == list[GateResult]
+
+
+def test_the_renderer_refuses_anything_but_a_gate_result_or_its_json():
+    with pytest.raises(TypeError):
+        gates_of({"gates": [["g", Status.PASS]]})
