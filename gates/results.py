@@ -167,6 +167,59 @@ class GateResult:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class ArmResult:
+    """One arm as the manifest records it (its row): what ran, and how it ended. ``status``
+    is None for an arm that has no result (an interrupted run); ``replies`` are summaries
+    (id, token count, token hash, finish reason), the full replies stay in the store."""
+
+    id: str
+    side: str = ""
+    label: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    cached: bool = False
+    status: Status | None = None
+    reason: str = ""
+    wall_s: float | None = None
+    metrics: dict[str, Any] | None = None
+    argv: str | None = None
+    stderr_tail: str = ""
+    replies: list[dict[str, Any]] = field(default_factory=list)
+    key: str | None = None
+    dropped: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def not_comparable(self) -> bool:
+        """Not run because one engine lacks what the arm asks for, or refused it (exit 2)."""
+        return self.status in (Status.NOT_COMPARABLE, Status.REFUSED)
+
+    def to_json(self) -> dict[str, Any]:
+        return _json(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ArmResult:
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names and v is not None}
+        kw["id"] = _need(d, "id", "arm")
+        kw["status"] = _status(d) if d.get("status") is not None else None
+        kw["stderr_tail"] = d.get("stderr_tail") or ""
+        kw["reason"] = d.get("reason") or ""
+        return cls(**kw)
+
+
+def arms_of(man: dict[str, Any]) -> list[ArmResult]:
+    """The typed arm rows of a manifest (typed already, or read from JSON)."""
+    out = []
+    for a in man["arms"]:
+        if isinstance(a, ArmResult):
+            out.append(a)
+        elif isinstance(a, dict):
+            out.append(ArmResult.from_json(a))
+        else:
+            raise TypeError(f"manifest: an arm is a {type(a).__name__}, not an ArmResult")
+    return out
+
+
 def gates_of(man: dict[str, Any]) -> list[GateResult]:
     """The typed gates of a manifest (as written by the evaluate phase, or read from JSON)."""
     out = []

@@ -32,6 +32,7 @@ from gates.checks import equality, lean, perf
 from gates.evaluate import evaluate
 from gates.execute import GPU_BACKENDS, capabilities
 from gates.receipt import render
+from gates.results import ArmResult
 
 
 @dataclass
@@ -259,8 +260,9 @@ def report(
     arm_rows = dict(zip(the_plan.arms, rows, strict=True))
     decoders = {n: equality.make_decoder(p) for n, p in inp.models.items()}
     gates_out = evaluate(m, the_plan, results, arm_rows, inp.sets, decoders)
-    n_cached = sum(1 for r in rows if r["cached"])
-    n_nc = sum(1 for r in rows if r.get("status") in ("not_comparable", "refused"))
+    typed_rows = [ArmResult.from_json(r) for r in rows]
+    n_cached = sum(1 for r in typed_rows if r.cached)
+    n_nc = sum(1 for r in typed_rows if r.not_comparable)
     manifest = {
         "harness_version": HARNESS_VERSION,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -287,7 +289,7 @@ def report(
         },
         "gates": [g.to_json() for g in gates_out],
         "notes": the_plan.notes + run_info.get("notes", []),
-        "bad_values": validate.values_run_nowhere(m, rows),
+        "bad_values": validate.values_run_nowhere(m, typed_rows),
         "speed": run_info["speed"],
         "lean": run_info.get("lean"),
         "environments": run_info.get("environments"),

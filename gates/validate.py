@@ -7,6 +7,7 @@ from typing import Any
 
 from gates import BadInput
 from gates.matrix import Matrix
+from gates.results import ArmResult
 
 # axis -> the capabilities list that names its values
 LISTED = {"kv": "kv", "drafter": "drafters"}
@@ -59,18 +60,18 @@ def against_capabilities(m: Matrix, caps: list[dict[str, Any]]) -> None:
                 raise _refuse(m, f"{key}[{i}].{name}", "ENGINE_* flag", name, env or {"(none)"})
 
 
-def values_run_nowhere(m: Matrix, arms: list[dict[str, Any]]) -> list[str]:
+def values_run_nowhere(m: Matrix, arms: list[ArmResult]) -> list[str]:
     """Axis values whose every arm, on both commits, was refused or not comparable.
 
     Such a value tests nothing: the matrix asks for something neither engine runs."""
-    out = []
+    out: list[str] = []
     for axis in ("parallel", "paging", "kv", "drafter", "backend", "prompts"):
         if len(m.axes[axis]) < 2:
             continue
         for v in m.axes[axis]:
-            mine = [a for a in arms if a["config"].get(axis) == v]
-            if mine and all(a.get("status") in ("refused", "not_comparable") for a in mine):
-                why = mine[0].get("reason", "")
+            mine = [a for a in arms if a.config.get(axis) == v]
+            if mine and all(a.not_comparable for a in mine):
+                why = mine[0].reason
                 key = m.keys.get(axis, axis)
                 out.append(f"{m.path}: {key}: {v!r} ran on neither commit: {why}")
     return out

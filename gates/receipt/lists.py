@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gates.results import Status, gates_of
+from gates.results import Status, arms_of, gates_of
 
 ARM_CHECKS = ("resource", "schedule", "schedule_across_commits", "acceptance_across_commits")
 
@@ -14,9 +14,9 @@ ARM_CHECKS = ("resource", "schedule", "schedule_across_commits", "acceptance_acr
 def skipped(man: dict[str, Any]) -> list[str]:
     """Not comparable arms grouped by reason, notes of the plan, requests left out."""
     groups: dict[str, list[str]] = {}
-    for a in man["arms"]:
-        if a.get("status") in ("not_comparable", "refused"):
-            groups.setdefault(a.get("reason", ""), []).append(a["id"])
+    for a in arms_of(man):
+        if a.not_comparable:
+            groups.setdefault(a.reason, []).append(a.id)
     out = []
     for why, ids in groups.items():
         first, nl, rest = why.partition("\n")  # the count stays out of a fenced traceback
@@ -52,14 +52,14 @@ def notices(man: dict[str, Any]) -> list[str]:
 def crashed(man: dict[str, Any]) -> list[dict[str, Any]]:
     """Crashed arms grouped by reason and stderr: one record per group."""
     groups: dict[tuple[str, str], dict[str, Any]] = {}
-    for a in man["arms"]:
-        if a.get("status") != "crashed":
+    for a in arms_of(man):
+        if a.status != Status.CRASHED:
             continue
         g = groups.setdefault(
-            (a.get("reason", ""), a.get("stderr_tail", "")),
-            {"reason": a.get("reason", ""), "stderr_tail": a.get("stderr_tail", ""), "ids": []},
+            (a.reason, a.stderr_tail),
+            {"reason": a.reason, "stderr_tail": a.stderr_tail, "ids": []},
         )
-        g["ids"].append(a["id"])
+        g["ids"].append(a.id)
     for gate in gates_of(man):  # an arm refused on one commit that the other one ran
         for e in gate.entries:
             if e.ran_on_other_commit and e.blocked_arm:

@@ -19,7 +19,7 @@ from gates.checks.equality import describe_margin
 from gates.checks.lean import lean_counts, lean_line
 from gates.receipt.lists import ARM_CHECKS, crashed, notices, skipped
 from gates.receipt.table import bullet, fence, md_table
-from gates.results import Cell, Comparison, Status, gates_of
+from gates.results import Cell, Comparison, Status, arms_of, gates_of
 from gates.speed import chart as speed_chart
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -34,8 +34,9 @@ def verdict(man: dict[str, Any]) -> tuple[str, int]:
     speed = man.get("speed") or {}
     if speed.get("status") == "fail":
         failed.append("speed")
-    crashed = [a for a in man["arms"] if a.get("status") == "crashed"]
-    nc = [a for a in man["arms"] if a.get("status") in ("not_comparable", "refused")]
+    arms = arms_of(man)
+    crashed = [a for a in arms if a.status == Status.CRASHED]
+    nc = [a for a in arms if a.not_comparable]
     bad = man.get("bad_values") or []
     if bad:
         return f"❌ bad matrix: {bad[0]}", EXIT_BAD_INPUT
@@ -211,15 +212,15 @@ def entries_table(man: dict[str, Any]) -> str:
 
 def arms_table(man: dict[str, Any]) -> str:
     rows = []
-    for a in man["arms"]:
-        met = a.get("metrics") or {}
-        toks = sum(r.get("n", 0) for r in a.get("replies", []))
+    for a in arms_of(man):
+        met = a.metrics or {}
+        toks = sum(r.get("n", 0) for r in a.replies)
         rows.append(
             [
-                a["id"],
-                a.get("status", "?") + (" (cached)" if a.get("cached") else ""),
-                "" if a.get("wall_s") is None else f"{a['wall_s']:.1f}",
-                len(a.get("replies", [])) or "",
+                a.id,
+                (a.status or "?") + (" (cached)" if a.cached else ""),
+                "" if a.wall_s is None else f"{a.wall_s:.1f}",
+                len(a.replies) or "",
                 toks or "",
                 met.get("pages_in_use", ""),
                 met.get("unplanned_allocations", ""),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from conftest import run_gates
 from gates.checks import equality
 from gates.receipt import render
-from gates.results import GateResult, Status
+from gates.results import ArmResult, GateResult, Status
 
 
 def reply(rid, ids, margins=None, finish="length", **kw):
@@ -85,8 +85,9 @@ def test_verdict_exit_codes():
 
     assert render.verdict(man("pass", "not_comparable"))[1] == 0
     assert render.verdict(man("pass", "fail"))[1] == 1
-    assert render.verdict(man("pass", "could_not_run", arms=[{"status": "crashed"}]))[1] == 3
-    assert render.verdict(man("fail", "could_not_run", arms=[{"status": "crashed"}]))[1] == 1
+    crash = [ArmResult("a", status=Status.CRASHED)]
+    assert render.verdict(man("pass", "could_not_run", arms=crash))[1] == 3
+    assert render.verdict(man("fail", "could_not_run", arms=crash))[1] == 1
     assert render.verdict(man("not_comparable"))[1] == 3
     speed = man("pass")
     speed["speed"] = {"status": "fail"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from conftest import run_gates
 from gates import BadInput, matrix, validate
+from gates.results import ArmResult, Status
 
 CAPS = {"kv": ["bf16", "fp8"], "drafters": ["none", "mtp"], "env_flags": ["ENGINE_X"]}
 HEAD = "model: m\nprompts: p\n"
@@ -54,14 +56,15 @@ def test_a_value_one_engine_knows_is_fine(tmp_path):
 
 def test_an_axis_value_refused_on_both_commits_is_named(tmp_path):
     m = load(tmp_path, HEAD + "axes: {parallel: [1, 100]}\ngates: [{name: g, across_commits: {}}]")
+    why = "at most 64 lanes"
     arms = [
-        {"config": {"parallel": 1}, "status": "ok"},
-        {"config": {"parallel": 100}, "status": "refused", "reason": "at most 64 lanes"},
-        {"config": {"parallel": 100}, "status": "refused", "reason": "at most 64 lanes"},
+        ArmResult("a", config={"parallel": 1}, status=Status.OK),
+        ArmResult("b", config={"parallel": 100}, status=Status.REFUSED, reason=why),
+        ArmResult("c", config={"parallel": 100}, status=Status.REFUSED, reason=why),
     ]
     (line,) = validate.values_run_nowhere(m, arms)
     assert "axes.parallel: 100 ran on neither commit: at most 64 lanes" in line
-    arms[1]["status"] = "ok"  # one commit ran it: not comparable, not a typo
+    arms[1] = dataclasses.replace(arms[1], status=Status.OK)  # one commit ran it: n/c, no typo
     assert validate.values_run_nowhere(m, arms) == []
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gates.results import Cell, Comparison, GateResult, Status, gates_of, worst
+from gates.results import ArmResult, Cell, Comparison, GateResult, Status, arms_of, gates_of, worst
 
 
 def _gate() -> GateResult:
@@ -98,3 +98,21 @@ def test_worst_order():
     assert worst([Status.PASS, Status.FAIL, Status.COULD_NOT_RUN]) is Status.FAIL
     assert worst([Status.PASS, Status.NOT_COMPARABLE]) is Status.PASS
     assert worst([]) is Status.EMPTY
+
+
+def test_arm_rows_read_old_and_new():
+    """A manifest's arm row: refused counts as not comparable, a row with no result has no
+    status, and a row survives a JSON round trip."""
+    rows = [
+        {"id": "a", "side": "head", "status": "refused", "reason": "refused (exit 2)"},
+        {"id": "b", "side": "base", "config": {"kv": "bf16"}, "cached": False},
+        {"id": "c", "status": "ok", "wall_s": 1.5, "replies": [{"id": "r", "n": 3}]},
+    ]
+    a, b, c = arms_of({"arms": rows})
+    assert a.not_comparable and a.status is Status.REFUSED
+    assert b.status is None and not b.not_comparable and b.config == {"kv": "bf16"}
+    assert ArmResult.from_json(json.loads(json.dumps(c.to_json()))) == c
+    with pytest.raises(ValueError, match="'id'"):
+        ArmResult.from_json({"status": "ok"})
+    with pytest.raises(TypeError, match="not an ArmResult"):
+        arms_of({"arms": ["a"]})

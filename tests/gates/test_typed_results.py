@@ -17,7 +17,13 @@ import pytest
 
 from gates.results import GateResult, Status, gates_of
 
-TYPED = ("gates.results", "gates.evaluate", "gates.receipt.lists", "gates.receipt.render")
+TYPED = (
+    "gates.results",
+    "gates.evaluate",
+    "gates.receipt.lists",
+    "gates.receipt.render",
+    "gates.validate",
+)
 
 # (module, function, parameter or "return"): what the dict is, since it is not a result
 ALLOWED = {
@@ -31,6 +37,10 @@ ALLOWED = {
     ("gates.results", "__init__", "diffs"): "differing requests as the equality check wrote them",
     ("gates.results", "__init__", "skipped"): "requests left out: id and reason",
     ("gates.results", "__init__", "values"): "metric name -> value, shown as is",
+    ("gates.results", "__init__", "config"): "an arm's configuration (axis -> value)",
+    ("gates.results", "__init__", "metrics"): "the engine's metrics, as it wrote them",
+    ("gates.results", "__init__", "replies"): "reply summaries: id, token count, hash",
+    ("gates.validate", "*", "caps"): "the engines' capabilities --json, not results",
     ("gates.evaluate", "*", "rows"): "arm rows of the manifest (arms are not typed yet)",
     ("gates.evaluate", "*", "results"): "arm results from the store (arms are not typed yet)",
     ("gates.evaluate", "*", "requests"): "prompt requests, not results",
