@@ -15,10 +15,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gates import EXIT_ARM_FAILED, EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, BadInput, refs
 from gates.power import plants as catalog
 from gates.power.plants import Plant
+from gates.results import Status, gates_of
 
 PLANT_TIMEOUT_S = 1800
 _GIT_ENV = {
@@ -60,16 +62,13 @@ def verdict_for(noop: bool, code: int) -> str:
     return "MISSED"
 
 
-def failed_gates(manifest: dict) -> list[str]:
-    names = [g["name"] for g in manifest.get("gates", []) if g.get("status") == "fail"]
-    if (manifest.get("speed") or {}).get("status") == "fail":
+def failed_gates(manifest: dict[str, Any]) -> list[str]:
+    gates = gates_of(manifest) if manifest.get("gates") else []
+    names = [g.name for g in gates if g.status == Status.FAIL]
+    if (manifest.get("speed") or {}).get("status") == Status.FAIL:
         names.append("speed")
     if not names:
-        names = [
-            f"{g['name']} (could not run)"
-            for g in manifest.get("gates", [])
-            if g.get("status") == "could_not_run"
-        ]
+        names = [f"{g.name} (could not run)" for g in gates if g.status == Status.COULD_NOT_RUN]
     return names
 
 
@@ -167,10 +166,10 @@ def run_one(
     if not found:
         return done.returncode, [], tail
     try:
-        manifest = json.loads(found[-1].read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        failed = failed_gates(json.loads(found[-1].read_text()))
+    except (OSError, ValueError) as e:  # JSONDecodeError, or a gate record it cannot read
         return done.returncode, [], f"manifest unreadable: {e}"
-    return done.returncode, failed_gates(manifest), tail
+    return done.returncode, failed, tail
 
 
 def _log(msg: str) -> None:

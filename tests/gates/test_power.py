@@ -106,9 +106,9 @@ def test_verdicts(noop: bool, code: int, verdict: str) -> None:
 def test_failed_gates_from_a_manifest() -> None:
     man = {
         "gates": [
-            {"name": "a", "status": "pass"},
-            {"name": "b", "status": "fail"},
-            {"name": "c", "status": "could_not_run"},
+            {"name": "a", "kind": "across_commits", "status": "pass"},
+            {"name": "b", "kind": "across_commits", "status": "fail"},
+            {"name": "c", "kind": "within_commit", "status": "could_not_run"},
         ],
         "speed": None,
     }

@@ -23,6 +23,7 @@ TYPED = (
     "gates.receipt.lists",
     "gates.receipt.render",
     "gates.validate",
+    "gates.power.run",
 )
 
 # (module, function, parameter or "return"): what the dict is, since it is not a result
@@ -40,6 +41,7 @@ ALLOWED = {
     ("gates.results", "__init__", "config"): "an arm's configuration (axis -> value)",
     ("gates.results", "__init__", "metrics"): "the engine's metrics, as it wrote them",
     ("gates.results", "__init__", "replies"): "reply summaries: id, token count, hash",
+    ("gates.power.run", "failed_gates", "manifest"): "manifest, read through gates_of",
     ("gates.validate", "*", "caps"): "the engines' capabilities --json, not results",
     ("gates.evaluate", "*", "rows"): "arm rows of the manifest (arms are not typed yet)",
     ("gates.evaluate", "*", "results"): "arm results from the store (arms are not typed yet)",
