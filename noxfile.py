@@ -1,8 +1,9 @@
-"""nox sessions: lint, tests, gates, lean, bench, fixtures, reference.
+"""nox sessions: lint, tests, gates, lean, bench, fixtures, reference, peers.
 
     nox -s gates -- --base main --head HEAD [--matrix matrices/quick.yaml]
     nox -s gates -- selftest [--power] | show | clean | lean --base main
     nox -s reference [-- pytest args]
+    nox -s peers [-- bench/peers.py args]
 
 nox turns every non-zero exit into its own failure (exit 1); run `python -m gates ...`
 directly to see the gate runner's exit codes (1 gate failed, 2 bad input, 3 arm failed).
@@ -100,3 +101,15 @@ def reference(session: nox.Session) -> None:
         session.log("mlx-lm did not install here: its tests will be skipped")
     args = session.posargs or ["-q", "-s"]
     session.run("pytest", "tests/reference", *args)
+
+
+@nox.session
+def peers(session: nox.Session) -> None:
+    """Decode tok/s of transformers, mlx-lm and this engine side by side (docs/peers.md)."""
+    session.install("-e", ".", TORCH, TRANSFORMERS)
+    try:
+        session.install(*MLX)
+    except CommandFailed:
+        session.log("mlx-lm did not install here: its column will say 'absent'")
+    threads = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    session.run("python", "bench/peers.py", *session.posargs, env=threads)

@@ -1,0 +1,412 @@
+"""Decode tok/s of transformers, mlx-lm and this engine (numpy, mlx) side by side, one thread
+each, on the same checkpoint, prompts and output lengths (issue 11; docs/peers.md).
+
+    python bench/peers.py [--models tiny,mid] [--streams 1,8] [--repeats 5] [--json out.json]
+    nox -s peers [-- same arguments]
+
+Decode time is timed step by step, never by subtracting a prefill run: from the moment every
+stream holds its first generated token (the one that comes out of prefill) to the moment every
+stream holds its last. Decode tok/s = streams x (gen - 1) / that time. Per peer:
+  transformers  `generate` (float32, CPU, greedy, min_new_tokens = max_new_tokens, N equal-length
+                prompts, no padding); a StoppingCriteria stamps the clock after every step.
+  mlx-lm        the model cast to float32 (`set_dtype`); 1 stream: `stream_generate`; N streams:
+                `BatchGenerator` if the installed mlx-lm has it (else the row says so);
+                the clock is stamped as each step's tokens come out.
+  engine-*      engine.lanes.engine.Engine, ignore_eos requests, fp32 compute, bf16 KV (--kv):
+                the summed seconds of its decode rounds (prompt steps excluded).
+Repeats interleave the peers (A B C D A B C D ...) after one untimed warm-up each; the table shows
+the median and [min-max]; the ratio is median(engine arm) / median(transformers) of the same run.
+This file is a script, not part of the engine package: the engine never imports it.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+):
+    os.environ[_var] = "1"  # before numpy, torch or mlx start their thread pools
+
+import argparse  # noqa: E402
+import importlib  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout
+
+TINY = ROOT / "fixtures" / "models" / "tiny-qwen3"
+# the mid checkpoint: (hidden, intermediate, layers, heads, kv heads, head_dim, vocab) of issue 11
+MID_SHAPE = (512, 1536, 8, 8, 4, 64, 1088)
+PEERS = ("transformers", "mlx-lm", "engine-numpy", "engine-mlx")
+Runner = Callable[[list[list[int]], int], tuple[float, int]]  # (prompts, gen) -> (seconds, tokens)
+
+
+def make_mid(out: Path, seed: int = 0) -> Path:
+    """The mid Qwen3 from `seed` alone: tiny-qwen3's tokenizer and config keys, MID_SHAPE, and
+    engine.model.synthetic's per-tensor values (bf16, depend only on seed and tensor name)."""
+    from engine.model import safetensors_file, synthetic
+
+    if (out / "model.safetensors").is_file():
+        return out
+    config = json.loads((TINY / "config.json").read_text())
+    config.pop("num_nextn_predict_layers", None)  # no MTP head: only the plain decode is timed
+    h, inter, layers, heads, kv, d, vocab = MID_SHAPE
+    config.update(
+        hidden_size=h,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        head_dim=d,
+        vocab_size=vocab,
+        max_position_embeddings=4096,
+    )
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    shapes = synthetic.tensor_shapes(config)
+    tensors = {k: synthetic.make_tensor(k, s, seed) for k, s in shapes.items()}
+    safetensors_file.save(tmp / "model.safetensors", tensors, {"format": "pt"})
+    (tmp / "config.json").write_text(json.dumps(config, indent=1))
+    for name in ("generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+        (tmp / name).write_bytes((TINY / name).read_bytes())
+    tmp.rename(out)
+    return out
+
+
+# ---- peers: each loader returns a runner, or raises ImportError when the peer is absent ----
+def transformers_runner(model_dir: Path) -> Runner:
+    import torch
+    from transformers import AutoModelForCausalLM, StoppingCriteria, StoppingCriteriaList
+
+    torch.set_num_threads(1)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+    class Stamp(StoppingCriteria):
+        def __init__(self) -> None:
+            self.times: list[float] = []
+
+        def __call__(self, input_ids: Any, scores: Any, **kw: Any) -> Any:
+            self.times.append(time.perf_counter())  # called once per generated token
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool)
+
+    def run(prompts: list[list[int]], gen: int) -> tuple[float, int]:
+        ids = torch.tensor(prompts, dtype=torch.long)
+        stamp = Stamp()
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=False,
+                max_new_tokens=gen,
+                min_new_tokens=gen,
+                pad_token_id=0,
+                stopping_criteria=StoppingCriteriaList([stamp]),
+            )
+        assert out.shape[1] - ids.shape[1] == gen and len(stamp.times) == gen
+        return stamp.times[-1] - stamp.times[0], len(prompts) * (gen - 1)
+
+    return run
+
+
+def mlx_lm_runner(model_dir: Path) -> Runner:
+    import mlx.core as mx
+    from mlx_lm.utils import load_model, load_tokenizer
+
+    # strict=False: mlx-lm's Qwen3 has no MTP head, so tiny-qwen3's mtp.* tensors stay unread
+    mlx_gen = importlib.import_module("mlx_lm.generate")  # mlx_lm.generate is also a function
+    model, _ = load_model(model_dir, strict=False)
+    tokenizer = load_tokenizer(model_dir)
+    model.set_dtype(mx.float32)
+    eos = set(getattr(tokenizer, "eos_token_ids", ()) or ())
+
+    def no_eos(_: Any, logits: Any) -> Any:  # as min_new_tokens does: EOS cannot be chosen
+        if not eos:
+            return logits
+        mask = np.zeros(logits.shape[-1], dtype=np.float32)
+        mask[sorted(eos)] = -np.inf
+        return logits + mx.array(mask)
+
+    def run(prompts: list[list[int]], gen: int) -> tuple[float, int]:
+        times: list[float] = []
+        if len(prompts) == 1:
+            for _ in mlx_gen.stream_generate(
+                model, tokenizer, prompts[0], max_tokens=gen, logits_processors=[no_eos]
+            ):
+                times.append(time.perf_counter())
+            assert len(times) == gen, len(times)
+            return times[-1] - times[0], gen - 1
+        return _mlx_batch(model, prompts, gen, no_eos)
+
+    return run
+
+
+def _mlx_batch(model: Any, prompts: list[list[int]], gen: int, no_eos: Any) -> tuple[float, int]:
+    mlx_gen = importlib.import_module("mlx_lm.generate")
+
+    if not hasattr(mlx_gen, "BatchGenerator"):
+        raise NotImplementedError("this mlx-lm has no BatchGenerator: 1 stream only")
+    bg = mlx_gen.BatchGenerator(model, stop_tokens=None, logits_processors=[no_eos])
+    uids = bg.insert(prompts, max_tokens=[gen] * len(prompts))
+    counts = dict.fromkeys(uids, 0)
+    first = last = 0.0
+    while responses := bg.next_generated():
+        now = time.perf_counter()
+        for r in responses:
+            counts[r.uid] += 1
+        if first == 0.0 and all(counts.values()):
+            first = now
+        last = now
+    bg.close()
+    assert all(c == gen for c in counts.values()), counts
+    return last - first, len(prompts) * (gen - 1)
+
+
+def engine_runner(model_dir: Path, backend: str, kv: str) -> Runner:
+    from engine.config import EngineConfig
+    from engine.lanes.engine import Engine
+    from engine.lanes.request import Request
+    from engine.model.loader import load_model
+
+    model = load_model(model_dir, backend)
+
+    def run(prompts: list[list[int]], gen: int) -> tuple[float, int]:
+        rows = len(prompts[0]) + gen
+        context = -(-rows // 16) * 16  # whole pages
+        cfg = EngineConfig(parallel=len(prompts), context=context, kv=kv, backend=backend)
+        engine = Engine(model, cfg)
+        streams = [
+            engine.submit(Request(id=f"p{i}", prompt_ids=p, max_tokens=gen, ignore_eos=True))
+            for i, p in enumerate(prompts)
+        ]
+        engine.run()
+        assert all(len(s.generated) == gen for s in streams), [len(s.generated) for s in streams]
+        seconds = sum(e.seconds for e in engine.events if e.kind == "round")
+        return seconds, len(prompts) * (gen - 1)
+
+    return run
+
+
+def load_peers(names: list[str], model_dir: Path, kv: str) -> dict[str, Runner | str]:
+    """Each peer's runner, or the one-line reason it is absent."""
+    loaders: dict[str, Callable[[], Runner]] = {
+        "transformers": lambda: transformers_runner(model_dir),
+        "mlx-lm": lambda: mlx_lm_runner(model_dir),
+        "engine-numpy": lambda: engine_runner(model_dir, "numpy", kv),
+        "engine-mlx": lambda: engine_runner(model_dir, "mlx", kv),
+    }
+    out: dict[str, Runner | str] = {}
+    for name in names:
+        try:
+            out[name] = loaders[name]()
+        except ImportError as e:
+            out[name] = f"absent ({e.name or e})"
+    return out
+
+
+# ---- measurement ------------------------------------------------------------------------
+def prompts_for(streams: int, length: int, vocab: int, seed: int = 1234) -> list[list[int]]:
+    rng = np.random.default_rng([seed, streams, length])
+    return rng.integers(1, min(vocab, 1000), (streams, length)).tolist()
+
+
+def measure(
+    peers: dict[str, Runner | str], prompts: list[list[int]], gen: int, repeats: int
+) -> dict[str, dict[str, Any]]:
+    """Interleaved repeats after one warm-up per peer; tok/s per repeat, or why none."""
+    runs: dict[str, list[float]] = {n: [] for n, r in peers.items() if not isinstance(r, str)}
+    busy: dict[str, list[float]] = {n: [] for n in runs}  # process CPU s / wall s of a whole run
+    notes = {n: r for n, r in peers.items() if isinstance(r, str)}
+    for rep in range(repeats + 1):
+        for name in list(runs):
+            cpu, wall = time.process_time(), time.perf_counter()
+            try:  # repeat 0 is an untimed warm-up of 8 new tokens
+                seconds, tokens = peers[name](prompts, gen if rep else min(gen, 8))  # type: ignore[operator]
+            except NotImplementedError as e:
+                notes[name] = str(e)
+                del runs[name]
+                continue
+            if rep:
+                runs[name].append(tokens / seconds)
+                busy[name].append((time.process_time() - cpu) / (time.perf_counter() - wall))
+    out: dict[str, dict[str, Any]] = {n: {"note": why} for n, why in notes.items()}
+    for name, rates in runs.items():
+        out[name] = {
+            "median": statistics.median(rates),
+            "min": min(rates),
+            "max": max(rates),
+            "runs": rates,
+            "cpu_per_wall": statistics.median(busy[name]),
+        }
+    return out
+
+
+def ratios(row: dict[str, dict[str, Any]]) -> dict[str, float]:
+    base = row.get("transformers", {}).get("median")
+    return {
+        n: row[n]["median"] / base
+        for n in PEERS
+        if n.startswith("engine") and base and "median" in row.get(n, {})
+    }
+
+
+# ---- output -------------------------------------------------------------------------------
+def cell(stats: dict[str, Any] | None) -> str:
+    if not stats:
+        return "-"
+    if "median" not in stats:
+        return stats["note"]
+    return f"{stats['median']:.1f} [{stats['min']:.1f}-{stats['max']:.1f}]"
+
+
+def table(rows: list[dict[str, Any]], names: list[str]) -> str:
+    arms = [n for n in names if n.startswith("engine")]
+    head = ["checkpoint", "streams", "prompt", *names, *(f"{a} / transformers" for a in arms)]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for r in rows:
+        rat = ratios(r["peers"])
+        cells = [r["checkpoint"], str(r["streams"]), str(r["prompt"])]
+        cells += [cell(r["peers"].get(n)) for n in names]
+        cells += [f"{rat[a]:.2f}x" if a in rat else "-" for a in arms]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def context_table(rows: list[dict[str, Any]], names: list[str], short: int, long: int) -> str:
+    """Per peer: decode tok/s at a `long` prompt over that at a `short` one (same checkpoint)."""
+    by = {(r["checkpoint"], r["streams"], r["prompt"]): r for r in rows}
+    lines = [
+        f"| checkpoint | streams | peer | prompt {short} | prompt {long} "
+        f"| ratio {long} / {short} |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for ck, n, p in by:
+        if p != long or (ck, n, short) not in by:
+            continue
+        for name in names:
+            a, b = by[(ck, n, short)]["peers"].get(name), by[(ck, n, p)]["peers"].get(name)
+            ok = a and b and "median" in a and "median" in b
+            ratio = f"{b['median'] / a['median']:.2f}x" if ok else "-"  # type: ignore[index]
+            lines.append(f"| {ck} | {n} | {name} | {cell(a)} | {cell(b)} | {ratio} |")
+    return "\n".join(lines)
+
+
+def cpu_model() -> str:
+    lines = Path("/proc/cpuinfo").read_text().splitlines()
+    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "?")
+
+
+def versions() -> dict[str, str]:
+    out = {"numpy": np.__version__}
+    for mod in ("torch", "transformers", "mlx", "mlx_lm"):
+        try:
+            m = __import__(mod)
+            out[mod] = getattr(m, "__version__", None) or __import__(f"{mod}.core").core.__version__
+        except ImportError:
+            out[mod] = "absent"
+    return out
+
+
+# ---- main ---------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="tiny,mid", help="tiny, mid, or model directories")
+    p.add_argument("--streams", default="1,8")
+    p.add_argument("--prompt-tokens", type=int, default=32)
+    p.add_argument("--gen-tokens", type=int, default=64)
+    p.add_argument("--context", default="64,1024", help="short,long prompts on mid, 1 stream")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--peers", default=",".join(PEERS))
+    p.add_argument("--kv", default="bf16", help="the engine's KV storage")
+    p.add_argument("--mid-dir", default="/tmp/peers-mid-qwen3", help="made here if missing")
+    p.add_argument("--json", help="also write every run to this file")
+    args = p.parse_args(argv)
+    try:
+        args.streams = [int(x) for x in args.streams.split(",")]
+        args.context = [int(x) for x in args.context.split(",") if x]
+    except ValueError:
+        p.error("--streams, --context: comma-separated integers")
+    args.peers = args.peers.split(",")
+    bad = [n for n in args.peers if n not in PEERS]
+    if bad or args.repeats < 1 or args.gen_tokens < 2:
+        p.error(f"--peers from {', '.join(PEERS)}; --repeats >= 1; --gen-tokens >= 2")
+    if args.context and len(args.context) != 2:
+        p.error("--context: two prompt lengths (short,long), or '' to skip")
+    return args
+
+
+def scenarios(args: argparse.Namespace) -> list[tuple[str, Path, int, int]]:
+    out = []
+    for m in args.models.split(","):
+        path = {"tiny": TINY, "mid": None}.get(m, Path(m))
+        if path is None:
+            path = make_mid(Path(args.mid_dir))
+        if not (path / "config.json").is_file():
+            print(f"--models: {path}: no config.json", file=sys.stderr)
+            raise SystemExit(2)
+        out += [(m, path, n, args.prompt_tokens) for n in args.streams]
+        if m == "mid" and args.context:
+            out += [(m, path, 1, c) for c in args.context if (1, c) != (1, args.prompt_tokens)]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    load0, t0 = os.getloadavg(), time.time()
+    rows, loaded = [], {}
+    for name, path, streams, prompt in scenarios(args):
+        if path not in loaded:
+            loaded = {path: load_peers(args.peers, path, args.kv)}  # one checkpoint in memory
+        vocab = json.loads((path / "config.json").read_text())["vocab_size"]
+        prompts = prompts_for(streams, prompt, vocab)
+        row = measure(loaded[path], prompts, args.gen_tokens, args.repeats)
+        rows.append({"checkpoint": name, "streams": streams, "prompt": prompt, "peers": row})
+        print(
+            f"{name} x{streams} prompt {prompt}: "
+            + ", ".join(f"{n} {cell(s)}" for n, s in row.items()),
+            file=sys.stderr,
+            flush=True,
+        )
+    facts = {
+        "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
+        "nproc": os.cpu_count(),
+        "cpu": cpu_model(),
+        "loadavg_before": [round(x, 2) for x in load0],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "wall_s": round(time.time() - t0, 1),
+        "versions": versions(),
+        "threads": 1,
+        "gen_tokens": args.gen_tokens,
+        "repeats": args.repeats,
+        "kv": args.kv,
+        "decode_time": "timed steps: first token of every stream -> last token of every stream",
+    }
+    print(
+        f"decode tok/s, median [min-max] of {args.repeats} interleaved repeats, "
+        f"{args.gen_tokens} new tokens per stream, 1 thread; decode time = {facts['decode_time']}"
+    )
+    print()
+    print(table(rows, args.peers))
+    if len(args.context) == 2:
+        print()
+        print(context_table(rows, args.peers, *args.context))
+    print()
+    print(json.dumps({k: v for k, v in facts.items() if k != "decode_time"}))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"facts": facts, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
