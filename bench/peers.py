@@ -15,7 +15,8 @@ stream holds its last. Decode tok/s = streams x (gen - 1) / that time. Per peer:
   engine-*      engine.lanes.engine.Engine, ignore_eos requests, fp32 compute, bf16 KV (--kv):
                 the summed seconds of its decode rounds (prompt steps excluded).
 Repeats interleave the peers (A B C D A B C D ...) after one untimed warm-up each; the table shows
-the median and [min-max]; the ratio is median(engine arm) / median(transformers) of the same run.
+the median and [min-max]; the ratio is the median [min-max] of engine arm / transformers taken
+repeat by repeat (each pair ran back to back). --from-json re-prints the tables of a saved run.
 This file is a script, not part of the engine package: the engine never imports it.
 """
 
@@ -222,43 +223,54 @@ def prompts_for(streams: int, length: int, vocab: int, seed: int = 1234) -> list
 
 
 def measure(
-    peers: dict[str, Runner | str], prompts: list[list[int]], gen: int, repeats: int
-) -> dict[str, dict[str, Any]]:
-    """Interleaved repeats after one warm-up per peer; tok/s per repeat, or why none."""
-    runs: dict[str, list[float]] = {n: [] for n, r in peers.items() if not isinstance(r, str)}
-    busy: dict[str, list[float]] = {n: [] for n in runs}  # process CPU s / wall s of a whole run
+    peers: dict[str, Runner | str], cases: list[list[list[int]]], gen: int, repeats: int
+) -> list[dict[str, dict[str, Any]]]:
+    """Per case, per peer: tok/s of each repeat, or why none. One untimed warm-up (8 new tokens)
+    per case and peer, then repeats interleaved over cases and peers (A1 B1 A2 B2 A1 B1 ...)."""
+    live = [n for n, r in peers.items() if not isinstance(r, str)]
     notes = {n: r for n, r in peers.items() if isinstance(r, str)}
+    runs = [{n: [] for n in live} for _ in cases]
+    busy = [{n: [] for n in live} for _ in cases]  # process CPU s / wall s of a whole run
     for rep in range(repeats + 1):
-        for name in list(runs):
-            cpu, wall = time.process_time(), time.perf_counter()
-            try:  # repeat 0 is an untimed warm-up of 8 new tokens
-                seconds, tokens = peers[name](prompts, gen if rep else min(gen, 8))  # type: ignore[operator]
-            except NotImplementedError as e:
-                notes[name] = str(e)
-                del runs[name]
+        for c, prompts in enumerate(cases):
+            for name in [n for n in live if n not in notes]:
+                cpu, wall = time.process_time(), time.perf_counter()
+                try:
+                    seconds, tokens = peers[name](prompts, gen if rep else min(gen, 8))  # type: ignore[operator]
+                except NotImplementedError as e:
+                    notes[name] = str(e)
+                    continue
+                if rep:
+                    runs[c][name].append(tokens / seconds)
+                    busy[c][name].append((time.process_time() - cpu) / (time.perf_counter() - wall))
+    out = []
+    for c in range(len(cases)):
+        row: dict[str, dict[str, Any]] = {n: {"note": why} for n, why in notes.items()}
+        for name, rates in runs[c].items():
+            if name in notes:
                 continue
-            if rep:
-                runs[name].append(tokens / seconds)
-                busy[name].append((time.process_time() - cpu) / (time.perf_counter() - wall))
-    out: dict[str, dict[str, Any]] = {n: {"note": why} for n, why in notes.items()}
-    for name, rates in runs.items():
-        out[name] = {
-            "median": statistics.median(rates),
-            "min": min(rates),
-            "max": max(rates),
-            "runs": rates,
-            "cpu_per_wall": statistics.median(busy[name]),
-        }
+            row[name] = {
+                "median": statistics.median(rates),
+                "min": min(rates),
+                "max": max(rates),
+                "runs": rates,
+                "cpu_per_wall": statistics.median(busy[c][name]),
+            }
+        out.append(row)
     return out
 
 
-def ratios(row: dict[str, dict[str, Any]]) -> dict[str, float]:
-    base = row.get("transformers", {}).get("median")
-    return {
-        n: row[n]["median"] / base
-        for n in PEERS
-        if n.startswith("engine") and base and "median" in row.get(n, {})
-    }
+def ratios(row: dict[str, dict[str, Any]]) -> dict[str, list[float]]:
+    """Engine arm / transformers, repeat by repeat (the two ran back to back, under the same
+    load): [median, min, max] of those paired ratios."""
+    base = row.get("transformers", {}).get("runs")
+    out = {}
+    for n in PEERS:
+        runs = row.get(n, {}).get("runs")
+        if n.startswith("engine") and base and runs:
+            paired = [a / b for a, b in zip(runs, base, strict=True)]
+            out[n] = [statistics.median(paired), min(paired), max(paired)]
+    return out
 
 
 # ---- output -------------------------------------------------------------------------------
@@ -278,14 +290,16 @@ def table(rows: list[dict[str, Any]], names: list[str]) -> str:
         rat = ratios(r["peers"])
         cells = [r["checkpoint"], str(r["streams"]), str(r["prompt"])]
         cells += [cell(r["peers"].get(n)) for n in names]
-        cells += [f"{rat[a]:.2f}x" if a in rat else "-" for a in arms]
+        cells += [
+            f"{rat[a][0]:.2f}x [{rat[a][1]:.2f}-{rat[a][2]:.2f}]" if a in rat else "-" for a in arms
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def context_table(rows: list[dict[str, Any]], names: list[str], short: int, long: int) -> str:
     """Per peer: decode tok/s at a `long` prompt over that at a `short` one (same checkpoint)."""
-    by = {(r["checkpoint"], r["streams"], r["prompt"]): r for r in rows}
+    by = {(r["checkpoint"], r["streams"], r["prompt"]): r for r in rows if r.get("pair", True)}
     lines = [
         f"| checkpoint | streams | peer | prompt {short} | prompt {long} "
         f"| ratio {long} / {short} |",
@@ -296,8 +310,10 @@ def context_table(rows: list[dict[str, Any]], names: list[str], short: int, long
             continue
         for name in names:
             a, b = by[(ck, n, short)]["peers"].get(name), by[(ck, n, p)]["peers"].get(name)
-            ok = a and b and "median" in a and "median" in b
-            ratio = f"{b['median'] / a['median']:.2f}x" if ok else "-"  # type: ignore[index]
+            ratio = "-"
+            if a and b and "runs" in a and "runs" in b:  # repeat by repeat, as they alternated
+                paired = [y / x for x, y in zip(a["runs"], b["runs"], strict=True)]
+                ratio = f"{statistics.median(paired):.2f}x [{min(paired):.2f}-{max(paired):.2f}]"
             lines.append(f"| {ck} | {n} | {name} | {cell(a)} | {cell(b)} | {ratio} |")
     return "\n".join(lines)
 
@@ -331,6 +347,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--kv", default="bf16", help="the engine's KV storage")
     p.add_argument("--mid-dir", default="/tmp/peers-mid-qwen3", help="made here if missing")
     p.add_argument("--json", help="also write every run to this file")
+    p.add_argument("--from-json", help="measure nothing: print the tables of a saved --json run")
     args = p.parse_args(argv)
     try:
         args.streams = [int(x) for x in args.streams.split(",")]
@@ -346,7 +363,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def scenarios(args: argparse.Namespace) -> list[tuple[str, Path, int, int]]:
+def scenarios(args: argparse.Namespace) -> list[tuple[str, Path, list[tuple[int, int]]]]:
+    """(checkpoint, directory, [(streams, prompt tokens), ...] measured interleaved)."""
     out = []
     for m in args.models.split(","):
         path = {"tiny": TINY, "mid": None}.get(m, Path(m))
@@ -355,30 +373,43 @@ def scenarios(args: argparse.Namespace) -> list[tuple[str, Path, int, int]]:
         if not (path / "config.json").is_file():
             print(f"--models: {path}: no config.json", file=sys.stderr)
             raise SystemExit(2)
-        out += [(m, path, n, args.prompt_tokens) for n in args.streams]
-        if m == "mid" and args.context:
-            out += [(m, path, 1, c) for c in args.context if (1, c) != (1, args.prompt_tokens)]
+        if m == "mid" and args.context:  # both lengths in one interleaved run: same load
+            out.append((m, path, [(1, c) for c in args.context]))
+        out += [(m, path, [(n, args.prompt_tokens)]) for n in args.streams]
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.from_json:
+        return from_json(args.from_json)
     load0, t0 = os.getloadavg(), time.time()
     rows, loaded = [], {}
-    for name, path, streams, prompt in scenarios(args):
+    for name, path, cases in scenarios(args):
         if path not in loaded:
             loaded = {path: load_peers(args.peers, path, args.kv)}  # one checkpoint in memory
         vocab = json.loads((path / "config.json").read_text())["vocab_size"]
-        prompts = prompts_for(streams, prompt, vocab)
-        row = measure(loaded[path], prompts, args.gen_tokens, args.repeats)
-        rows.append({"checkpoint": name, "streams": streams, "prompt": prompt, "peers": row})
-        print(
-            f"{name} x{streams} prompt {prompt}: "
-            + ", ".join(f"{n} {cell(s)}" for n, s in row.items()),
-            file=sys.stderr,
-            flush=True,
-        )
-    facts = {
+        prompts = [prompts_for(n, p, vocab) for n, p in cases]
+        for (n, p), row in zip(
+            cases, measure(loaded[path], prompts, args.gen_tokens, args.repeats), strict=True
+        ):
+            pair = len(cases) > 1  # the short/long prompt pair of the context table
+            rows.append({"checkpoint": name, "streams": n, "prompt": p, "pair": pair, "peers": row})
+            line = ", ".join(f"{k} {cell(v)}" for k, v in row.items())
+            print(f"{name} x{n} prompt {p}: {line}", file=sys.stderr, flush=True)
+        if args.json:  # after every scenario, so a cut-short run keeps what it measured
+            Path(args.json).write_text(
+                json.dumps({"facts": run_facts(args, load0, t0), "rows": rows}, indent=1)
+            )
+    facts = run_facts(args, load0, t0)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"facts": facts, "rows": rows}, indent=1))
+    render(facts, rows)
+    return 0
+
+
+def run_facts(args: argparse.Namespace, load0: tuple[float, ...], t0: float) -> dict[str, Any]:
+    return {
         "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
         "nproc": os.cpu_count(),
         "cpu": cpu_model(),
@@ -390,21 +421,35 @@ def main(argv: list[str] | None = None) -> int:
         "gen_tokens": args.gen_tokens,
         "repeats": args.repeats,
         "kv": args.kv,
-        "decode_time": "timed steps: first token of every stream -> last token of every stream",
+        "peers": args.peers,
+        "context": args.context,
     }
+
+
+def render(facts: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    names = facts.get("peers") or [n for n in PEERS if any(n in r["peers"] for r in rows)]
     print(
-        f"decode tok/s, median [min-max] of {args.repeats} interleaved repeats, "
-        f"{args.gen_tokens} new tokens per stream, 1 thread; decode time = {facts['decode_time']}"
+        f"decode tok/s, median [min-max] of {facts['repeats']} interleaved repeats, "
+        f"{facts['gen_tokens']} new tokens per stream, 1 thread; decode time = timed steps "
+        "(first token of every stream -> last token of every stream)"
     )
     print()
-    print(table(rows, args.peers))
-    if len(args.context) == 2:
+    print(table(rows, names))
+    context = facts.get("context", [64, 1024])
+    if len(context) == 2:
         print()
-        print(context_table(rows, args.peers, *args.context))
+        print(context_table(rows, names, *context))
     print()
-    print(json.dumps({k: v for k, v in facts.items() if k != "decode_time"}))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"facts": facts, "rows": rows}, indent=1))
+    print(json.dumps(facts))
+
+
+def from_json(path: str) -> int:
+    try:
+        saved = json.loads(Path(path).read_text())
+        render(saved["facts"], saved["rows"])
+    except (OSError, ValueError, KeyError) as e:
+        print(f"{path}: not a saved bench/peers.py run ({e})", file=sys.stderr)
+        return 2
     return 0
 
 
