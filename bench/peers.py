@@ -185,7 +185,7 @@ def engine_runner(model_dir: Path, backend: str, kv: str) -> Runner:
     def run(prompts: list[list[int]], gen: int) -> tuple[float, int]:
         rows = len(prompts[0]) + gen
         context = -(-rows // 16) * 16  # whole pages
-        cfg = EngineConfig(parallel=len(prompts), context=context, kv=kv, backend=backend)
+        cfg = EngineConfig(parallel=len(prompts), context=context, kv=kv)  # backend: the model's
         engine = Engine(model, cfg)
         streams = [
             engine.submit(Request(id=f"p{i}", prompt_ids=p, max_tokens=gen, ignore_eos=True))
