@@ -65,20 +65,24 @@ class HostKV:
         k: Any,
         v: Any,
     ) -> Any:
-        k, v = self.ops.to_numpy(k), self.ops.to_numpy(v)
+        # the codec works row by row, so one call encodes (and decodes) every segment's rows
+        codes_k, exp_k = codec.encode(self.kind, self.ops.to_numpy(k))
+        codes_v, exp_v = codec.encode(self.kind, self.ops.to_numpy(v))
+        plain_k = codec.decode(self.kind, codes_k, exp_k)
+        plain_v = codec.decode(self.kind, codes_v, exp_v)
         asks, a = [], 0
         for seg in segments:
             z = a + seg.count
-            codes_k, exp_k = codec.encode(self.kind, k[a:z])
-            codes_v, exp_v = codec.encode(self.kind, v[a:z])
-            self.store.put_codes(layer, seg.pages, seg.start, codes_k, exp_k, codes_v, exp_v)
-            self.lanes.put(
+            self.store.put_codes(
                 layer,
-                seg.lane,
+                seg.pages,
                 seg.start,
-                codec.decode(self.kind, codes_k, exp_k),
-                codec.decode(self.kind, codes_v, exp_v),
+                codes_k[a:z],
+                None if exp_k is None else exp_k[a:z],
+                codes_v[a:z],
+                None if exp_v is None else exp_v[a:z],
             )
+            self.lanes.put(layer, seg.lane, seg.start, plain_k[a:z], plain_v[a:z])
             asks.append((seg.lane, q[a:z], positions[a:z], seg.start + seg.count))
             a = z
         return self.ops.concat_rows(self.lanes.attend_many(layer, asks))
