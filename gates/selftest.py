@@ -108,9 +108,9 @@ def main(
             env=base_env(worktree, backend, {}, cache),
         )
         r = run_arm(job)
-        if r["status"] != "ok":
-            raise RuntimeError(f"{tag} arm {r['reason']}: {r.get('stderr_tail', '')[-500:]}")
-        return r
+        if not r.ok:
+            raise RuntimeError(f"{tag} arm {r.reason}: {r.stderr_tail[-500:]}")
+        return r.to_json()  # the equality check still reads the JSON form
 
     decode = equality.make_decoder(model_dir)
     print(

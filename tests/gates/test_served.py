@@ -141,10 +141,10 @@ def test_served_equals_offline_and_planted_server_bugs_show(tmp_path):
     assert caps is not None, why
     for line in LINES:
         assert served.unservable(line, caps["serve"]) is None, line
-    offline = run_arm(job(tmp_path, REPO, None, "offline"))
+    offline = run_arm(job(tmp_path, REPO, None, "offline")).to_json()
     assert offline["status"] == "ok", offline
     for mode in ("stream", "plain"):
-        got = served.run_served(job(tmp_path, REPO, mode, mode))
+        got = served.run_served(job(tmp_path, REPO, mode, mode)).to_json()
         assert got["status"] == "ok", got
         cmp = equality.compare(offline, got)
         assert (cmp["matched"], cmp["total"]) == (len(LINES) - 1, len(LINES) - 1), cmp["diffs"]
@@ -157,7 +157,7 @@ def test_served_equals_offline_and_planted_server_bugs_show(tmp_path):
         root = tmp_path / plant.name
         shutil.copytree(REPO / "engine", root / "engine", ignore=shutil.ignore_patterns("__py*"))
         plants.apply(plant, root)
-        bad = served.run_served(job(tmp_path, root, "stream", plant.name))
+        bad = served.run_served(job(tmp_path, root, "stream", plant.name)).to_json()
         assert bad["status"] == "ok", bad
         cmp = equality.compare(offline, bad)
         want = ["sampled"] if plant.name == "serve-seed-misread" else None
