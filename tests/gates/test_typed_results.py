@@ -29,6 +29,10 @@ TYPED = (
     "gates.store",
     "gates.arms",
     "gates.selftest",
+    "gates.checks.equality",
+    "gates.checks.resources",
+    "gates.checks.schedule",
+    "gates.checks.acceptance",
 )
 
 # (module, function, parameter or "return"): what the dict is, since it is not a result
@@ -74,7 +78,25 @@ ALLOWED = {
     ("gates.served", "send", "return"): "one reply summary (ArmRun.replies' item)",
     ("gates.served", "_served", "return"): "an ArmRun's JSON, read at once by run_served",
     ("gates.selftest", "_plant", "reqs"): "prompt requests, not results",
-    ("gates.selftest", "_plant", "base"): "an ArmRun's JSON (the checks read JSON yet)",
+    # the checks take ArmRun; what they return is a check outcome (ok, values, problems),
+    # read into a Comparison by evaluate at once: not typed yet
+    **{
+        (f"gates.checks.{m}", f, "return"): "a check's outcome (not typed yet)"
+        for m, f in (
+            ("equality", "compare"),
+            ("resources", "check"),
+            ("schedule", "check"),
+            ("schedule", "compare"),
+            ("acceptance", "compare"),
+        )
+    },
+    ("gates.checks.equality", "_diff", "return"): "one differing request, as Comparison.diffs",
+    ("gates.checks.equality", "_bits_diff", "return"): "one differing request (Comparison.diffs)",
+    **{("gates.checks.equality", "*", p): "one reply summary" for p in ("reply", "ra", "rb")},
+    **{("gates.checks.equality", "bits_difference", p): "one reply summary" for p in ("x", "y")},
+    ("gates.checks.equality", "*", "request"): "one prompt request, not a result",
+    **{("gates.checks.schedule", "*", p): "trace rows" for p in ("trace", "row")},
+    **{("gates.checks.schedule", "first_change", p): "trace rows" for p in ("a", "b")},
 }
 
 DICT = dict[str, Any]
@@ -143,6 +165,17 @@ def test_run_arm_and_run_served_return_an_arm_run():
 
     for fn in (execute.run_arm, served.run_served, execute._started):
         assert typing.get_type_hints(fn)["return"] is ArmRun, fn.__name__
+
+
+def test_the_checks_take_an_arm_run():
+    from gates.checks import acceptance, equality, resources, schedule
+    from gates.results import ArmRun
+
+    for fn in (equality.compare, acceptance.compare, schedule.compare):
+        hints = typing.get_type_hints(fn)
+        assert hints["a"] is ArmRun and hints["b"] is ArmRun, fn.__module__
+    for fn in (resources.check, schedule.check, acceptance.rate):
+        assert typing.get_type_hints(fn)["result"] is ArmRun, fn.__module__
 
 
 def test_a_stored_run_reads_back_and_a_bad_entry_is_a_clean_miss(tmp_path):
