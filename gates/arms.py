@@ -7,6 +7,7 @@ replies of its *plain twin* (the same arm with drafter none) through
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -20,6 +21,7 @@ from gates import envs as envs_mod
 from gates.contract import TRUTH_DRAFTERS, missing, request_keys, writes_trace
 from gates.execute import ArmJob, Progress, base_env, run_all
 from gates.plan import Arm, canonical
+from gates.results import ArmRun
 
 
 def scratch(cache: Path, key: str) -> Path:
@@ -217,19 +219,17 @@ class ArmRunner:
             )
         progress = None if self.quiet else Progress(len(jobs), 0)
 
-        def done(job: ArmJob, result: dict[str, Any], cached: bool) -> None:
+        def done(job: ArmJob, run: ArmRun, cached: bool) -> None:
             if cached:  # another gate run on this cache ran it while we waited
                 for a in pending[job.key]:
                     self.rows[a]["cached"] = True
             else:
-                result = {
-                    **result,
-                    "harness": HARNESS_VERSION,
-                    "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                }
+                now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+                run = dataclasses.replace(run, harness=HARNESS_VERSION, finished_at=now)
                 self.ran += 1
-                if result.get("status") == "ok":
-                    self.st.put(job.key, result)  # at once: an interrupted run keeps it
+                if run.ok:
+                    self.st.put(job.key, run.to_json())  # at once: an interrupted run keeps it
+            result = run.to_json()  # the rows and the checks still read the JSON form
             for a in pending[job.key]:
                 self.results[a] = result
 

@@ -15,7 +15,7 @@ from gates import plan
 from gates.checks import acceptance, equality, resources, schedule
 from gates.matrix import Gate, Matrix
 from gates.plan import Arm, PairCheck, Plan, ResourceCheck, ScheduleCheck
-from gates.results import ORDER, Cell, Comparison, GateResult, Status, worst
+from gates.results import ORDER, ArmRun, Cell, Comparison, GateResult, Status, worst
 
 MAX_DIFFS = 5  # per comparison, kept in the manifest
 
@@ -97,6 +97,11 @@ def _blocked(
     return None
 
 
+def _ran(results: dict[Arm, dict[str, Any]], arm: Arm) -> ArmRun:
+    """An arm's run, for a check (only after _blocked found it ok)."""
+    return ArmRun.from_json(results[arm])
+
+
 def _blocked_fields(b: Blocked) -> dict[str, Any]:
     return {
         "status": b.status,
@@ -121,7 +126,9 @@ def _comparison(
     if blocked:
         return Comparison(**names, **_blocked_fields(blocked))
     dropped = {**rows[c.a].get("dropped", {}), **rows[c.b].get("dropped", {})}
-    got = equality.compare(results[c.a], results[c.b], c.only_ids, requests, decode, dropped)
+    got = equality.compare(
+        _ran(results, c.a), _ran(results, c.b), c.only_ids, requests, decode, dropped
+    )
     return Comparison(
         **names,
         status=Status.PASS if got["matched"] == got["total"] else Status.FAIL,
@@ -152,14 +159,16 @@ def _check(
     if blocked:
         return Comparison(column=c.column, arm=arms[-1].id, **_blocked_fields(blocked))
     if isinstance(c, ResourceCheck):
-        got = resources.check(results[c.arm], c.limits)
+        got = resources.check(_ran(results, c.arm), c.limits)
     elif isinstance(c, ScheduleCheck):
-        got = schedule.check(results[c.arm], c.budgets, background(c.arm, sets))
+        got = schedule.check(_ran(results, c.arm), c.budgets, background(c.arm, sets))
     elif gate.kind == "schedule_across_commits":
         bg = background(c.b, sets)
-        got = schedule.compare(results[c.a], results[c.b], gate.metrics, gate.worse_by, bg)
+        got = schedule.compare(
+            _ran(results, c.a), _ran(results, c.b), gate.metrics, gate.worse_by, bg
+        )
     else:
-        got = acceptance.compare(results[c.a], results[c.b], gate.max_drop)
+        got = acceptance.compare(_ran(results, c.a), _ran(results, c.b), gate.max_drop)
     if got["ok"] is None:
         status, matched, total = Status.NOT_COMPARABLE, 0, 0
     else:

@@ -9,6 +9,7 @@ CUDA_VISIBLE_DEVICES on a CUDA backend.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import queue
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gates.contract import REPLY_KEYS, engine_args
+from gates.results import ArmRun, Status
 from gates.store import Store
 
 THREAD_VARS = (
@@ -139,13 +141,13 @@ class ArmJob:
     env: dict[str, str] = field(default_factory=dict)
     extra_args: list[str] = field(default_factory=list)
     trace: bool = False  # the engine writes a schedule trace (--trace, contract 2)
-    runner: Callable[..., dict[str, Any]] | None = None  # None: run_arm (`engine run`)
+    runner: Callable[..., ArmRun] | None = None  # None: run_arm (`engine run`)
     python: str = sys.executable  # the side's interpreter (gates/envs.py)
 
 
 def run_arm(
     job: ArmJob, live: set[subprocess.Popen] | None = None, device: str | None = None
-) -> dict[str, Any]:
+) -> ArmRun:
     """Run one arm; never raises for an engine failure (the result says "crashed")."""
     wd = job.workdir
     shutil.rmtree(wd, ignore_errors=True)
@@ -187,51 +189,48 @@ def run_arm(
     wall = time.monotonic() - t0
     stderr = err.read_text(errors="replace")
     shown = " ".join(a if " " not in a else repr(a) for a in ["python", *argv[1:]])
-    result: dict[str, Any] = {
-        "status": "crashed",
-        "exit_code": code,
-        "wall_s": round(wall, 3),
-        "argv": shown,
-        "stderr_tail": tail(stderr),
-        "device": device,
-    }
+    crashed = ArmRun(
+        status=Status.CRASHED,
+        exit_code=code,
+        wall_s=round(wall, 3),
+        argv=shown,
+        stderr_tail=tail(stderr),
+        device=device,
+    )
     if code is None:
-        result["reason"] = f"timed out after {job.timeout:.0f}s"
-        return result
+        return dataclasses.replace(crashed, reason=f"timed out after {job.timeout:.0f}s")
     if code == 2:  # the contract's "bad input": this engine will not run this arm
         last = [ln for ln in stderr.strip().splitlines() if ln.strip()]
-        result["status"] = "refused"
-        result["reason"] = "refused (exit 2)" + (f": {last[-1].strip()}" if last else "")
-        return result
+        why = "refused (exit 2)" + (f": {last[-1].strip()}" if last else "")
+        return dataclasses.replace(crashed, status=Status.REFUSED, reason=why)
     if code != 0:
-        result["reason"] = f"engine exited {code}"
-        return result
+        return dataclasses.replace(crashed, reason=f"engine exited {code}")
     try:
         replies = [json.loads(ln) for ln in out.read_text().splitlines() if ln.strip()]
         metrics = json.loads(met.read_text()) if met.exists() else None
         rows = trace.read_text().splitlines() if job.trace else []
         schedule = [json.loads(ln) for ln in rows if ln.strip()] if job.trace else None
     except (OSError, json.JSONDecodeError) as e:
-        result["reason"] = f"engine exited 0 but its output is unreadable: {e}"
-        return result
+        return dataclasses.replace(
+            crashed, reason=f"engine exited 0 but its output is unreadable: {e}"
+        )
     want = [json.loads(ln)["id"] for ln in job.requests.decode().splitlines()]
     got = [r.get("id") for r in replies if isinstance(r, dict)]
     if sorted(got) != sorted(want):
-        result["reason"] = (
+        why = (
             f"engine exited 0 but replied to {len(got)} of {len(want)} requests"
             if set(got) <= set(want)
             else "engine exited 0 but its reply ids differ from the request ids"
         )
-        return result
-    result.update(
-        status="ok",
-        reason="",
+        return dataclasses.replace(crashed, reason=why)
+    shutil.rmtree(wd, ignore_errors=True)
+    return dataclasses.replace(
+        crashed,
+        status=Status.OK,
         replies=[{k: r[k] for k in REPLY_KEYS if k in r} for r in replies],
         metrics=metrics if isinstance(metrics, dict) else None,
         trace=schedule,
     )
-    shutil.rmtree(wd, ignore_errors=True)
-    return result
 
 
 class Progress:
@@ -244,19 +243,19 @@ class Progress:
         self.t0 = time.monotonic()
         self.lock = threading.Lock()
 
-    def update(self, label: str, result: dict[str, Any], cached: bool = False) -> None:
+    def update(self, label: str, result: ArmRun, cached: bool = False) -> None:
         with self.lock:
             self.done += 1
             self.cached += cached
-            self.crashed += result.get("status") != "ok"
-            state = "ok" if result.get("status") == "ok" else "CRASHED"
+            self.crashed += not result.ok
+            state = "ok" if result.ok else "CRASHED"
             if cached:
                 state = "ok (run by another gate run on this cache)"
             line = (
                 f"[gates] arms {self.done}/{self.total} done, {self.total - self.done} left"
                 f" ({self.cached} cached, {self.crashed} crashed, "
                 f"{time.monotonic() - self.t0:.0f}s) · {label}: {state} "
-                f"{result.get('wall_s', 0):.1f}s"
+                f"{result.wall_s:.1f}s"
             )
             if self.tty:
                 self.stream.write("\r\033[K" + line)
@@ -267,23 +266,31 @@ class Progress:
             self.stream.flush()
 
 
-def _started(job: ArmJob, live: set[subprocess.Popen], device: str | None) -> dict[str, Any]:
+def _started(job: ArmJob, live: set[subprocess.Popen], device: str | None) -> ArmRun:
     try:
         return (job.runner or run_arm)(job, live, device)
     except Exception as e:  # noqa: BLE001 - a harness error must not lose other arms
-        return {
-            "status": "crashed",
-            "exit_code": None,
-            "wall_s": 0.0,
-            "reason": f"could not start the arm: {e!r}",
-            "stderr_tail": "",
-        }
+        return ArmRun(status=Status.CRASHED, reason=f"could not start the arm: {e!r}")
+
+
+def _stored(st: Store | None, key: str) -> ArmRun | None:
+    """The store's ok run of ``key``, or None (an entry that does not read as an ArmRun is
+    corrupt: counted and removed, as the store does for one that is not JSON)."""
+    hit = st.get(key, must_have="replies") if st else None
+    if hit is None or st is None:
+        return None
+    try:
+        run = ArmRun.from_json(hit)
+    except (ValueError, TypeError):
+        st.drop(key)
+        return None
+    return run if run.ok else None
 
 
 def run_all(
     jobs: list[ArmJob],
     workers: int,
-    on_done: Callable[[ArmJob, dict, bool], None],
+    on_done: Callable[[ArmJob, ArmRun, bool], None],
     progress: Progress | None = None,
     devices: list[str] | None = None,
     st: Store | None = None,
@@ -309,9 +316,9 @@ def run_all(
         with st.claim(job.key, wait) if st else contextlib.nullcontext(True) as held:
             if not held:
                 return False
-            hit = st.get(job.key, must_have="replies") if st else None
-            cached = hit is not None and hit.get("status") == "ok"
-            if hit is not None and cached:
+            hit = _stored(st, job.key)
+            cached = hit is not None
+            if hit is not None:
                 result = hit
             else:
                 device = dev_q.get() if dev_q is not None else None

@@ -207,6 +207,51 @@ class ArmResult:
         return cls(**kw)
 
 
+@dataclass(frozen=True, slots=True)
+class ArmRun:
+    """One arm as it was run (``execute.run_arm``, ``served.run_served``) or read back from the
+    result store: how it ended and, when ``ok``, the replies, the engine's metrics and the
+    schedule trace. The store keeps ``to_json()``; ``from_json`` reads an entry written
+    before this type (same keys), and a bad one raises ValueError (the store's miss)."""
+
+    status: Status
+    reason: str = ""
+    exit_code: int | None = None
+    wall_s: float = 0.0
+    argv: str | None = None
+    stderr_tail: str = ""
+    device: str | None = None
+    replies: list[dict[str, Any]] | None = None
+    metrics: dict[str, Any] | None = None
+    trace: list[dict[str, Any]] | None = None
+    harness: str | None = None
+    finished_at: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    def to_json(self) -> dict[str, Any]:
+        return _json(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ArmRun:
+        if not isinstance(d, dict):
+            raise ValueError(f"arm run: a {type(d).__name__}, not a JSON object")
+        st = _status(d)
+        if st not in (Status.OK, Status.CRASHED, Status.REFUSED):
+            raise ValueError(f"arm run: field 'status' is {str(st)!r}, not ok/crashed/refused")
+        if st is Status.OK and not isinstance(d.get("replies"), list):
+            raise ValueError("arm run: an ok run without a list of 'replies'")
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names and v is not None}
+        kw["status"] = st
+        kw["reason"] = d.get("reason") or ""
+        kw["stderr_tail"] = d.get("stderr_tail") or ""
+        kw["wall_s"] = float(d.get("wall_s") or 0.0)
+        return cls(**kw)
+
+
 def arms_of(man: dict[str, Any]) -> list[ArmResult]:
     """The typed arm rows of a manifest (typed already, or read from JSON)."""
     out = []

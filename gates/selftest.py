@@ -24,14 +24,15 @@ from gates.checks import equality
 from gates.contract import missing
 from gates.execute import ArmJob, base_env, capabilities, run_arm
 from gates.matrix import AXIS_DEFAULTS
+from gates.results import ArmRun
 
 
 def _plant(
-    reqs: list[dict[str, Any]], base: dict[str, Any], max_tokens: int
+    reqs: list[dict[str, Any]], base: ArmRun, max_tokens: int
 ) -> tuple[list[dict[str, Any]], str | None, list[str]]:
     """Planted copies: (requests, the id asking one more token, ids with a changed prompt)."""
     out = copy.deepcopy(reqs)
-    by_id = {r["id"]: r for r in base["replies"]}
+    by_id = {r["id"]: r for r in base.replies or []}
     full = [
         r
         for r in out
@@ -95,7 +96,7 @@ def main(
         return EXIT_ARM_FAILED
     reqs = prompts.requests_for(prompts.load(prompts.resolve_path(root, prompt_set)), max_tokens)
 
-    def run(tag: str, requests: list[dict[str, Any]]) -> dict[str, Any]:
+    def run(tag: str, requests: list[dict[str, Any]]) -> ArmRun:
         job = ArmJob(
             key=f"selftest-{tag}",
             label=tag,
@@ -108,8 +109,8 @@ def main(
             env=base_env(worktree, backend, {}, cache),
         )
         r = run_arm(job)
-        if r["status"] != "ok":
-            raise RuntimeError(f"{tag} arm {r['reason']}: {r.get('stderr_tail', '')[-500:]}")
+        if not r.ok:
+            raise RuntimeError(f"{tag} arm {r.reason}: {r.stderr_tail[-500:]}")
         return r
 
     decode = equality.make_decoder(model_dir)
@@ -140,7 +141,7 @@ def main(
         longer is not None
         and longer in seen
         and seen[longer]["index"]
-        == next(len(r["ids"]) for r in first["replies"] if r["id"] == longer)
+        == next(len(r["ids"]) for r in first.replies or [] if r["id"] == longer)
     )
     prompt_ok = any(i in seen for i in changed)
     good = len_ok and prompt_ok and not stray
@@ -164,7 +165,7 @@ def main(
                 f"{d.get('b_ids')}, margin there {d.get('a_margin')}"
             )
             break
-    margins = all(isinstance(r.get("margins"), list) for r in first["replies"])
+    margins = all(isinstance(r.get("margins"), list) for r in first.replies or [])
     print(f"  {'✅' if margins else '⚠️'} replies carry margins: {'yes' if margins else 'no'}")
     print(
         (

@@ -28,6 +28,7 @@ from typing import Any
 
 from gates.contract import REPLY_KEYS, SERVE_CHOICE_KEYS, engine_args
 from gates.execute import ArmJob, kill, tail
+from gates.results import ArmRun
 
 CLIENT_VERSION = 1  # in a served arm's store key: bump when the client's mapping changes
 EXTRA_BODY = ("stop_ids", "priority", "draft", "ignore_eos")  # engine fields, in extra_body
@@ -228,8 +229,13 @@ def _stop(proc: subprocess.Popen, live: set[subprocess.Popen] | None) -> None:
 
 def run_served(
     job: ArmJob, live: set[subprocess.Popen] | None = None, device: str | None = None
-) -> dict[str, Any]:
+) -> ArmRun:
     """Run one served arm; never raises for an engine failure (the result says "crashed")."""
+    return ArmRun.from_json(_served(job, live, device))
+
+
+def _served(job: ArmJob, live: set[subprocess.Popen] | None, device: str | None) -> dict[str, Any]:
+    """run_served's work, as the JSON of an ArmRun (its finally block fills in the end)."""
     wd = job.workdir
     shutil.rmtree(wd, ignore_errors=True)
     wd.mkdir(parents=True)

@@ -174,10 +174,14 @@ class Store:
             value = None
         if isinstance(value, dict) and (must_have is None or must_have in value):
             return value
+        self.drop(key)
+        return None
+
+    def drop(self, key: str) -> None:
+        """Count ``key``'s entry as corrupt and remove it: the next read is a miss."""
         self.corrupt.append(key)
         with contextlib.suppress(OSError):
-            path.unlink()
-        return None
+            self._path(key).unlink()
 
     def put(self, key: str, value: dict[str, Any]) -> None:
         """Publish a result: written to a temporary file, then renamed over the entry, so a

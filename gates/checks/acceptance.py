@@ -7,18 +7,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from gates.results import ArmRun
 
-def rate(result: dict[str, Any]) -> tuple[int, int]:
+
+def rate(result: ArmRun) -> tuple[int, int]:
     """(accepted, drafted) summed over an arm's replies."""
     acc = drafted = 0
-    for r in result.get("replies", []):
+    for r in result.replies or []:
         a, d = r.get("accepted"), r.get("drafted")
         if isinstance(a, int) and isinstance(d, int):
             acc, drafted = acc + a, drafted + d
     return acc, drafted
 
 
-def compare(a: dict[str, Any], b: dict[str, Any], max_drop: float) -> dict[str, Any]:
+def compare(a: ArmRun, b: ArmRun, max_drop: float) -> dict[str, Any]:
     (aa, ad), (ba, bd) = rate(a), rate(b)
     if ad == 0:
         return {

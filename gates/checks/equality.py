@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gates.results import ArmRun
+
 WINDOW = 8  # tokens of each continuation shown from the first difference
 NEAR_TIE = 0.01  # a logit margin below this is called a near-tie
 
@@ -148,8 +150,8 @@ def _bits_diff(
 
 
 def compare(
-    a: dict[str, Any],
-    b: dict[str, Any],
+    a: ArmRun,
+    b: ArmRun,
     only_ids: list[str] | None = None,
     requests: dict[str, dict[str, Any]] | None = None,
     decode: Decoder | None = None,
@@ -159,8 +161,8 @@ def compare(
 
     Returns matched/total counts, the requests both arms failed (left out of the count) and
     one record per differing request with its first divergence."""
-    ra = {r["id"]: r for r in a.get("replies", [])}
-    rb = {r["id"]: r for r in b.get("replies", [])}
+    ra = {r["id"]: r for r in a.replies or []}
+    rb = {r["id"]: r for r in b.replies or []}
     ids = [i for i in ra if only_ids is None or i in only_ids]
     out: dict[str, Any] = {"matched": 0, "total": 0, "skipped": [], "diffs": []}
     for rid, why in (dropped or {}).items():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gates.results import ArmRun
+
 LABELS = {
     "pages_in_use": "pages in use at idle",
     "unplanned_allocations": "unplanned allocations",
@@ -16,9 +18,9 @@ LABELS = {
 OPTIONAL = ("drafter_states", "live_streams", "waiting_streams")
 
 
-def check(result: dict[str, Any], limits: dict[str, int]) -> dict[str, Any]:
+def check(result: ArmRun, limits: dict[str, int]) -> dict[str, Any]:
     """{"ok": bool | None, "values": {...}, "problems": [...]}; ok None: metric missing."""
-    metrics = result.get("metrics")
+    metrics = result.metrics
     values: dict[str, Any] = {}
     problems: list[str] = []
     missing: list[str] = []

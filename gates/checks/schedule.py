@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gates.results import ArmRun
+
 AGED_AFTER = 8  # actions a waiting prompt is passed over before it is aged
 
 LABELS = {
@@ -102,13 +104,13 @@ def metrics(
     }
 
 
-def _trace(result: dict[str, Any]) -> list[dict[str, Any]] | None:
-    t = result.get("trace")
+def _trace(result: ArmRun) -> list[dict[str, Any]] | None:
+    t = result.trace
     return t if isinstance(t, list) else None
 
 
 def check(
-    result: dict[str, Any], budgets: dict[str, float], background: frozenset[str] = frozenset()
+    result: ArmRun, budgets: dict[str, float], background: frozenset[str] = frozenset()
 ) -> dict[str, Any]:
     """{"ok": bool | None, "values", "problems"}; ok None: the engine wrote no trace."""
     trace = _trace(result)
@@ -142,8 +144,8 @@ def _what(row: dict[str, Any]) -> str:
 
 
 def compare(
-    a: dict[str, Any],
-    b: dict[str, Any],
+    a: ArmRun,
+    b: ArmRun,
     names: tuple[str, ...],
     worse_by: float,
     background: frozenset[str] = frozenset(),

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from gates.results import ArmRun, Status
+
 STUB = Path(__file__).parent / "stub_engine" / "engine"
 
 PROMPTS = [
@@ -166,3 +168,13 @@ def run_gates(
 
 def gate(manifest: dict, name: str) -> dict:
     return next(g for g in manifest["gates"] if g["name"] == name)
+
+
+def ran(d: dict) -> ArmRun:
+    """An ok arm run from the parts a check reads (``replies``, ``metrics``, ``trace``)."""
+    return ArmRun(
+        status=Status.OK,
+        replies=d.get("replies", []),
+        metrics=d.get("metrics"),
+        trace=d.get("trace"),
+    )

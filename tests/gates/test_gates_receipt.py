@@ -19,6 +19,7 @@ from gates import run as run_mod
 from gates.execute import ArmJob
 from gates.receipt import render
 from gates.receipt.table import fence
+from gates.results import ArmRun, Status
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,16 +62,18 @@ def test_a_multi_line_reason_in_a_bullet_is_fenced(stub_repo):
     assert "RuntimeError: capabilities: broken" in code_text
 
 
-def crash(job: ArmJob) -> dict[str, Any]:
+def crash(job: ArmJob) -> ArmRun:
     frames = "".join(
         f'  File "engine/lanes/loop.py", line {100 + i}, in step_{i}\n    rows = plan(lanes)\n'
         for i in range(30)
     )
     tb = f"Traceback (most recent call last):\n{frames}ValueError: {job.label}: {job.config}"
-    return {
-        **{"status": "crashed", "exit_code": 1, "wall_s": 1.0, "argv": "python -m engine run"},
-        **{"stderr_tail": tb[-2000:], "reason": "engine exited 1", "device": None},
-    }
+    return ArmRun.from_json(
+        {
+            **{"status": "crashed", "exit_code": 1, "wall_s": 1.0, "argv": "python -m engine run"},
+            **{"stderr_tail": tb[-2000:], "reason": "engine exited 1", "device": None},
+        }
+    )
 
 
 def reply(req: dict[str, Any], cfg: dict[str, Any], head: bool) -> dict[str, Any]:
@@ -87,23 +90,26 @@ def reply(req: dict[str, Any], cfg: dict[str, Any], head: bool) -> dict[str, Any
     }
 
 
-def fake_arm(head_sha: str) -> Callable[..., dict[str, Any]]:
+def fake_arm(head_sha: str) -> Callable[..., ArmRun]:
     """An arm result as run_arm returns it, made in-process from the job (no engine): the
     head changes a token of every reply (sooner where a request runs beside others, drafted
     or resumed), accepts fewer drafts, leaks pages, and crashes at 8 streams with paging,
     each arm with its own traceback."""
 
-    def run(job: ArmJob, live: Any = None, device: str | None = None) -> dict[str, Any]:
+    def run(job: ArmJob, live: Any = None, device: str | None = None) -> ArmRun:
         cfg, head = job.config, job.worktree.name == head_sha
         if head and cfg["parallel"] == 8 and cfg["paging"] != "off" and not cfg.get("serial"):
             return crash(job)
         reqs = [json.loads(line) for line in job.requests.decode().splitlines()]
         metrics = {"pages_in_use": 2 * head, "unplanned_allocations": 0, "drafter_states": 0}
-        return {
-            **{"status": "ok", "exit_code": 0, "wall_s": 1.0, "argv": "python -m engine run"},
-            **{"stderr_tail": "", "reason": "", "device": None, "trace": None},
-            **{"replies": [reply(r, cfg, head) for r in reqs], "metrics": metrics},
-        }
+        return ArmRun(
+            status=Status.OK,
+            exit_code=0,
+            wall_s=1.0,
+            argv="python -m engine run",
+            replies=[reply(r, cfg, head) for r in reqs],
+            metrics=metrics,
+        )
 
     return run
 

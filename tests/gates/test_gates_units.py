@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import run_gates
+from conftest import ran, run_gates
 from gates.checks import equality
 from gates.receipt import render
 from gates.results import ArmResult, GateResult, Status
@@ -40,7 +40,7 @@ def test_compare_counts_and_divergence():
             reply("e", [], finish="error", error="too long"),
         ]
     }
-    got = equality.compare(a, b, requests={"x": {"id": "x", "prompt": "hi"}})
+    got = equality.compare(ran(a), ran(b), requests={"x": {"id": "x", "prompt": "hi"}})
     assert (got["matched"], got["total"]) == (1, 2)
     assert got["skipped"][0]["id"] == "e"
     d = got["diffs"][0]
@@ -55,11 +55,11 @@ def test_compare_counts_and_divergence():
 def test_compare_error_on_one_side_and_missing_reply():
     a = {"replies": [reply("x", [1]), reply("y", [2])]}
     b = {"replies": [reply("x", [1], finish="error", error="boom")]}
-    got = equality.compare(a, b)
+    got = equality.compare(ran(a), ran(b))
     assert (got["matched"], got["total"]) == (0, 2)
     assert {d["id"] for d in got["diffs"]} == {"x", "y"}
     assert got["diffs"][0]["error"] == {"a": None, "b": "boom"}
-    only = equality.compare(a, b, only_ids=["y"])
+    only = equality.compare(ran(a), ran(b), only_ids=["y"])
     assert only["total"] == 1
 
 

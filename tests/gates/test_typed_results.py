@@ -24,6 +24,15 @@ TYPED = (
     "gates.receipt.render",
     "gates.validate",
     "gates.power.run",
+    "gates.execute",
+    "gates.served",
+    "gates.store",
+    "gates.arms",
+    "gates.selftest",
+    "gates.checks.equality",
+    "gates.checks.resources",
+    "gates.checks.schedule",
+    "gates.checks.acceptance",
 )
 
 # (module, function, parameter or "return"): what the dict is, since it is not a result
@@ -52,6 +61,42 @@ ALLOWED = {
     ("gates.receipt.render", "*", "speed"): "speed result (speed is not typed yet)",
     ("gates.receipt.render", "failure_lines", "return"): "records for the template",
     ("gates.receipt.lists", "crashed", "return"): "records for the template",
+    ("gates.execute", "__init__", "config"): "an arm's configuration (axis -> value)",
+    ("gates.store", "arm_key", "config"): "an arm's configuration (axis -> value)",
+    ("gates.store", "fingerprint", "m"): "the machine's description, not a result",
+    ("gates.store", "get", "return"): "JSON on disk: arm runs are read by ArmRun.from_json",
+    ("gates.store", "put", "value"): "JSON on disk: arm runs are written by ArmRun.to_json",
+    ("gates.served", "*", "line"): "one request line, not a result",
+    ("gates.served", "*", "lines"): "request lines, not results",
+    ("gates.served", "unservable", "serve"): "the engine's capabilities (serve), not results",
+    ("gates.served", "drive", "cfg"): "an arm's configuration (axis -> value)",
+    ("gates.served", "_get", "return"): "a server's JSON answer",
+    ("gates.served", "idle_metrics", "return"): "the server's metrics, as it wrote them",
+    ("gates.served", "_reply_of", "d"): "a server's JSON answer",
+    ("gates.served", "_reply_of", "return"): "one reply summary (ArmRun.replies' item)",
+    ("gates.served", "_streamed", "return"): "one reply summary (ArmRun.replies' item)",
+    ("gates.served", "send", "return"): "one reply summary (ArmRun.replies' item)",
+    ("gates.served", "_served", "return"): "an ArmRun's JSON, read at once by run_served",
+    ("gates.selftest", "_plant", "reqs"): "prompt requests, not results",
+    # the checks take ArmRun; what they return is a check outcome (ok, values, problems),
+    # read into a Comparison by evaluate at once: not typed yet
+    **{
+        (f"gates.checks.{m}", f, "return"): "a check's outcome (not typed yet)"
+        for m, f in (
+            ("equality", "compare"),
+            ("resources", "check"),
+            ("schedule", "check"),
+            ("schedule", "compare"),
+            ("acceptance", "compare"),
+        )
+    },
+    ("gates.checks.equality", "_diff", "return"): "one differing request, as Comparison.diffs",
+    ("gates.checks.equality", "_bits_diff", "return"): "one differing request (Comparison.diffs)",
+    **{("gates.checks.equality", "*", p): "one reply summary" for p in ("reply", "ra", "rb")},
+    **{("gates.checks.equality", "bits_difference", p): "one reply summary" for p in ("x", "y")},
+    ("gates.checks.equality", "*", "request"): "one prompt request, not a result",
+    **{("gates.checks.schedule", "*", p): "trace rows" for p in ("trace", "row")},
+    **{("gates.checks.schedule", "first_change", p): "trace rows" for p in ("a", "b")},
 }
 
 DICT = dict[str, Any]
@@ -112,3 +157,47 @@ def test_evaluate_produces_typed_gates():
 def test_the_renderer_refuses_anything_but_a_gate_result_or_its_json():
     with pytest.raises(TypeError):
         gates_of({"gates": [["g", Status.PASS]]})
+
+
+def test_run_arm_and_run_served_return_an_arm_run():
+    from gates import execute, served
+    from gates.results import ArmRun
+
+    for fn in (execute.run_arm, served.run_served, execute._started):
+        assert typing.get_type_hints(fn)["return"] is ArmRun, fn.__name__
+
+
+def test_the_checks_take_an_arm_run():
+    from gates.checks import acceptance, equality, resources, schedule
+    from gates.results import ArmRun
+
+    for fn in (equality.compare, acceptance.compare, schedule.compare):
+        hints = typing.get_type_hints(fn)
+        assert hints["a"] is ArmRun and hints["b"] is ArmRun, fn.__module__
+    for fn in (resources.check, schedule.check, acceptance.rate):
+        assert typing.get_type_hints(fn)["result"] is ArmRun, fn.__module__
+
+
+def test_a_stored_run_reads_back_and_a_bad_entry_is_a_clean_miss(tmp_path):
+    """An entry as the store held it before ArmRun (same keys, ``device``/``trace`` null)
+    reads back equal; one that is JSON but no arm run is removed and counted, not raised."""
+    from gates.execute import _stored
+    from gates.results import ArmRun
+    from gates.store import Store
+
+    st = Store(tmp_path)
+    old = {
+        **{"status": "ok", "exit_code": 0, "wall_s": 1.5, "argv": "python -m engine run"},
+        **{"stderr_tail": "", "reason": "", "device": None, "trace": None, "metrics": {"a": 1}},
+        **{"replies": [{"id": "r", "ids": [1, 2]}], "harness": "7", "finished_at": "t"},
+    }
+    st.put("ab" * 32, old)
+    run = _stored(st, "ab" * 32)
+    assert run == ArmRun.from_json(old) and run is not None and run.ok
+    assert run.replies == old["replies"] and run.metrics == {"a": 1} and run.trace is None
+    assert ArmRun.from_json(run.to_json()) == run
+    st.put("cd" * 32, {"status": "finished", "replies": []})  # not an arm's status
+    st.put("ef" * 32, {"status": "ok", "replies": "none"})  # replies not a list
+    assert _stored(st, "cd" * 32) is None and _stored(st, "ef" * 32) is None
+    assert st.corrupt == ["cd" * 32, "ef" * 32]
+    assert st.get("cd" * 32) is None and st.corrupt == ["cd" * 32, "ef" * 32]  # removed
