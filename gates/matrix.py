@@ -62,9 +62,25 @@ SPEED_KEYS = {
     "alpha": float,
     "delta": float,
     "min_effect": float,
+    "quantile": float,
     "timeout": int,
     "runs": int,  # before bench schema 1: runs per side -> blocks = ceil(runs / 2)
     "max_ratio_drop": float,  # before bench schema 1: -> delta
+}
+SPEED_DEFAULTS: dict[str, Any] = {
+    "parallel": [1, 2, 4, 8],
+    "prompt_tokens": 128,
+    "gen_tokens": 32,
+    "repeats": 2,
+    "blocks": 12,
+    "add_blocks": 6,
+    "max_blocks": 36,
+    "budget_s": 270,
+    "alpha": 0.05,
+    "delta": 0.05,
+    "min_effect": 0.02,
+    "quantile": 0.5,
+    "timeout": 600,
 }
 
 
@@ -105,21 +121,7 @@ def _speed(path: Path, raw: Any) -> dict[str, Any] | None:
         raise fail(path, "speed", "a mapping", raw)
     from gates.speed import schema
 
-    out: dict[str, Any] = {
-        "parallel": [1, 2, 4, 8],
-        "prompt_tokens": 128,
-        "gen_tokens": 32,
-        "repeats": 1,
-        "metrics": list(schema.DEFAULT_METRICS),
-        "blocks": 6,
-        "add_blocks": 6,
-        "max_blocks": 24,
-        "budget_s": 270,
-        "alpha": 0.05,
-        "delta": 0.05,
-        "min_effect": 0.02,
-        "timeout": 600,
-    }
+    out: dict[str, Any] = {**SPEED_DEFAULTS, "metrics": list(schema.DEFAULT_METRICS)}
     for k, v in raw.items():
         if k not in SPEED_KEYS:
             raise fail(path, f"speed.{k}", f"one of {', '.join(SPEED_KEYS)}", k)
@@ -154,6 +156,8 @@ def _speed(path: Path, raw: Any) -> dict[str, Any] | None:
     for k in ("alpha", "delta", "min_effect"):
         if not 0 <= out[k] < 1:
             raise fail(path, f"speed.{k}", "a fraction in [0, 1)", out[k])
+    if not 0 < out["quantile"] < 1:
+        raise fail(path, "speed.quantile", "a fraction in (0, 1)", out["quantile"])
     return out
 
 

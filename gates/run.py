@@ -32,7 +32,8 @@ from gates.checks import equality, lean, perf
 from gates.evaluate import evaluate
 from gates.execute import GPU_BACKENDS, capabilities
 from gates.receipt import render
-from gates.results import ArmResult
+from gates.results import ArmResult, Status
+from gates.speed.results import SpeedRun
 
 
 @dataclass
@@ -325,19 +326,17 @@ def _speed(
     quiet: bool,
     side_envs: dict[str, envs.Env],
 ) -> dict[str, Any]:
+    """The speed part of the run (its SpeedRun as manifest JSON)."""
     spec = m.speed
     assert spec is not None
     missing_side = [s.name for s in sides.values() if s.worktree is None]
     if missing_side:
-        return {
-            "status": "not_comparable",
-            "cells": [],
-            "reason": f"{', '.join(missing_side)}: the commit has no engine/",
-        }
+        why = f"{', '.join(missing_side)}: the commit has no engine/"
+        return SpeedRun(Status.NOT_COMPARABLE, why, spec=dict(spec)).to_json()
     model = models[m.axes["model"][0]]
     backend = m.axes["backend"][0]
     try:
-        return perf.run_speed(
+        got = perf.run_speed(
             {k: s.worktree for k, s in sides.items() if s.worktree},
             model,
             backend,
@@ -347,7 +346,8 @@ def _speed(
             pythons={k: e.python for k, e in side_envs.items() if e.python},
         )
     except OSError as e:
-        return {"status": "could_not_run", "cells": [], "reason": str(e)}
+        got = SpeedRun(Status.COULD_NOT_RUN, str(e), spec=dict(spec))
+    return got.to_json()
 
 
 def open_repo_or_none(path: str) -> git.Repo | None:

@@ -23,7 +23,7 @@ from engine.errors import InputError
 from engine.lanes.engine import Engine, Event
 from engine.lanes.request import Request
 
-BENCH_SCHEMA = 1
+BENCH_SCHEMA = 2  # 2: --lockstep and per-action samples
 # per sweep row: the best of the repeats, field by field (rates: the highest; costs: the lowest)
 HIGHER = ("decode_tok_s", "prefill_tok_s")
 LOWER = (
@@ -53,6 +53,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=3, help="best of this many timed runs")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs before the sweep")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--lockstep",
+        action="store_true",
+        help="after the warm-up, run one timed run per stream count read from stdin (JSON lines)",
+    )
     p.add_argument("--ops", action="store_true", help="cost of exactness: tiled vs plain matmul")
     p.set_defaults(func=run)
 
@@ -71,27 +76,32 @@ def _requests(n: int, prompt_tokens: int, gen_tokens: int, vocab: int) -> list[R
     ]
 
 
-def _measure(model: Any, args: argparse.Namespace, n: int, gen_tokens: int) -> dict[str, float]:
-    """One timed run of ``n`` streams: wall rates, TTFT and CPU seconds of this process."""
+def _measure(model: Any, args: argparse.Namespace, n: int, gen_tokens: int) -> dict[str, Any]:
+    """One timed run of ``n`` streams: wall rates, TTFT, CPU seconds of this process, and
+    ``actions``: per engine action its kind, CPU and wall seconds, rows fed and tokens made."""
     cfg = engine_config(args, parallel=n)
     engine = Engine(model, cfg, drafter=make_drafter(cfg, model))
     reqs = _requests(n, args.prompt_tokens, gen_tokens, model.config.vocab_size)
     streams = [engine.submit(r) for r in reqs]
-    cpu_of = {"round": 0.0, "step": 0.0}
-    last = [time.process_time()]
+    actions: dict[str, list[Any]] = {k: [] for k in ("kind", "cpu_s", "wall_s", "rows", "tokens")}
+    last = [time.process_time(), 0]
 
     def on_event(_: Engine, e: Event) -> None:  # CPU from the previous event's end to this one's
-        now = time.process_time()
-        cpu_of["round" if e.kind == "round" else "step"] += now - last[0]
-        last[0] = now
+        now, made = time.process_time(), sum(len(s.generated) for s in streams)
+        got = (e.kind, now - last[0], e.seconds, e.rows, made - last[1])
+        for k, v in zip(actions, got, strict=True):
+            actions[k].append(v)
+        last[0], last[1] = now, made
 
     engine.on_event = on_event
     cpu0, t0 = time.process_time(), time.perf_counter()
     last[0] = cpu0
     engine.run()
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    prefill_s = sum(e.seconds for e in engine.events if e.kind != "round")
-    round_s = sum(e.seconds for e in engine.events if e.kind == "round")
+    rounds = [i for i, k in enumerate(actions["kind"]) if k == "round"]
+    steps = [i for i, k in enumerate(actions["kind"]) if k != "round"]
+    prefill_s = sum(actions["wall_s"][i] for i in steps)
+    round_s = sum(actions["wall_s"][i] for i in rounds)
     generated = sum(len(s.generated) for s in streams)
     decoded = sum(max(0, len(s.generated) - 1) for s in streams)  # the first comes with prefill
     prompt_rows = engine.stats["prefill_tokens"]
@@ -99,26 +109,29 @@ def _measure(model: Any, args: argparse.Namespace, n: int, gen_tokens: int) -> d
         sid: e.start + e.seconds for e in engine.events for sid in e.first_token if sid is not None
     }
     ttft = sum(firsts.values()) / len(firsts) if firsts else 0.0
+    round_cpu = sum(actions["cpu_s"][i] for i in rounds)
+    step_cpu = sum(actions["cpu_s"][i] for i in steps)
     return {
         "parallel": n,
         "decode_tok_s": decoded / round_s if round_s else 0.0,
         "prefill_tok_s": prompt_rows / prefill_s if prefill_s else 0.0,
         "ttft_ms": ttft * 1000,
         "cpu_s_per_token": cpu / generated if generated else 0.0,
-        "decode_cpu_s_per_token": cpu_of["round"] / decoded if decoded else 0.0,
-        "prefill_cpu_s_per_token": cpu_of["step"] / prompt_rows if prompt_rows else 0.0,
+        "decode_cpu_s_per_token": round_cpu / decoded if decoded else 0.0,
+        "prefill_cpu_s_per_token": step_cpu / prompt_rows if prompt_rows else 0.0,
         "wall_s": wall,
         "cpu_s": cpu,
         "generated_tokens": generated,
         "prompt_tokens": prompt_rows,
         "tokens_per_round": decoded / max(1, sum(s.rounds for s in streams)),
         "acceptance": sum(s.accepted for s in streams) / max(1, sum(s.drafted for s in streams)),
+        "actions": actions,
     }
 
 
 def best_of(runs: list[dict[str, float]]) -> dict[str, Any]:
     """Field by field: the highest rate, the lowest cost; the rest from the first run."""
-    out: dict[str, Any] = dict(runs[0])
+    out: dict[str, Any] = {k: v for k, v in runs[0].items() if k != "actions"}
     for k in HIGHER:
         out[k] = max(r[k] for r in runs)
     for k in LOWER:
@@ -151,6 +164,23 @@ def machine() -> dict[str, Any]:
         "numpy": np.__version__,
         "platform": platform.platform(),
         "pid": os.getpid(),
+    }
+
+
+def header(args: argparse.Namespace) -> dict[str, Any]:
+    """What a bench ran: the schema version, model, engine settings, flags and machine."""
+    return {
+        "bench_schema": BENCH_SCHEMA,
+        "model": args.model,
+        "backend": args.backend,
+        "kv": args.kv,
+        "drafter": args.drafter,
+        "prompt_tokens": args.prompt_tokens,
+        "gen_tokens": args.gen_tokens,
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+        "flags": env_flags(),
+        "machine": machine(),
     }
 
 
@@ -188,6 +218,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for _ in range(args.warmup):  # page faults, allocator and caches; not timed
         _measure(model, args, max(counts), min(4, args.gen_tokens))
+    if args.lockstep:
+        from engine.cli.bench_lockstep import serve_units
+
+        return serve_units(lambda n: _measure(model, args, n, args.gen_tokens), header(args))
     results = []
     for n in counts:
         best = best_of([_measure(model, args, n, args.gen_tokens) for _ in range(args.repeats)])
@@ -199,17 +233,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     out = {
-        "bench_schema": BENCH_SCHEMA,
-        "model": args.model,
-        "backend": args.backend,
-        "kv": args.kv,
-        "drafter": args.drafter,
-        "prompt_tokens": args.prompt_tokens,
-        "gen_tokens": args.gen_tokens,
-        "repeats": args.repeats,
-        "warmup": args.warmup,
-        "flags": env_flags(),
-        "machine": machine(),
+        **header(args),
         "process": {
             "cpu_s": time.process_time() - cpu_start,
             "wall_s": time.perf_counter() - wall_start,

@@ -21,6 +21,7 @@ from gates import EXIT_ARM_FAILED, EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, Ba
 from gates.power import plants as catalog
 from gates.power.plants import Plant
 from gates.results import Status, gates_of
+from gates.speed.results import speed_of
 
 PLANT_TIMEOUT_S = 1800
 _GIT_ENV = {
@@ -65,7 +66,8 @@ def verdict_for(noop: bool, code: int) -> str:
 def failed_gates(manifest: dict[str, Any]) -> list[str]:
     gates = gates_of(manifest) if manifest.get("gates") else []
     names = [g.name for g in gates if g.status == Status.FAIL]
-    if (manifest.get("speed") or {}).get("status") == Status.FAIL:
+    sp = speed_of(manifest)
+    if sp and sp.status == Status.FAIL:
         names.append("speed")
     if not names:
         names = [f"{g.name} (could not run)" for g in gates if g.status == Status.COULD_NOT_RUN]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from gates.results import Status, arms_of, gates_of
+from gates.speed.results import speed_of
 
 ARM_CHECKS = ("resource", "schedule", "schedule_across_commits", "acceptance_across_commits")
 
@@ -33,9 +34,9 @@ def skipped(man: dict[str, Any]) -> list[str]:
                 and e.stderr_tail is None  # the arms ran; a metric or trace is missing
             ):
                 out.append(f"{g.name}: {e.arm}: {e.reason}")
-    sp = man.get("speed")
-    if sp and sp.get("status") == "not_comparable":
-        out.append(f"speed not comparable: {sp.get('reason')}")
+    sp = speed_of(man)
+    if sp and sp.status == Status.NOT_COMPARABLE:
+        out.append(f"speed not comparable: {sp.reason}")
     return list(dict.fromkeys(out))
 
 

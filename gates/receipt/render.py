@@ -21,6 +21,7 @@ from gates.receipt.lists import ARM_CHECKS, crashed, notices, skipped
 from gates.receipt.table import bullet, fence, md_table
 from gates.results import Cell, Comparison, Status, arms_of, gates_of
 from gates.speed import chart as speed_chart
+from gates.speed.results import speed_of
 
 TEMPLATES = Path(__file__).parent / "templates"
 DIFFS_SHOWN = 3  # differing requests shown in full per failing gate; the manifest has more
@@ -31,8 +32,9 @@ def verdict(man: dict[str, Any]) -> tuple[str, int]:
     """(verdict line, exit code) of a manifest."""
     gates = gates_of(man)
     failed = [g.name for g in gates if g.status == Status.FAIL]
-    speed = man.get("speed") or {}
-    if speed.get("status") == "fail":
+    speed = speed_of(man)
+    speed_status = speed.status if speed else None
+    if speed_status == Status.FAIL:
         failed.append("speed")
     arms = arms_of(man)
     crashed = [a for a in arms if a.status == Status.CRASHED]
@@ -46,7 +48,7 @@ def verdict(man: dict[str, Any]) -> tuple[str, int]:
             EXIT_GATE_FAILED,
         )
     blocked = [g for g in gates if g.status == Status.COULD_NOT_RUN]
-    if crashed or blocked or speed.get("status") == "could_not_run":
+    if crashed or blocked or speed_status == Status.COULD_NOT_RUN:
         n = len(crashed)
         what = (
             f"{n} arm{'s' * (n != 1)} crashed or timed out"
@@ -242,10 +244,6 @@ def arms_table(man: dict[str, Any]) -> str:
     )
 
 
-def speed_table(speed: dict[str, Any] | None) -> str:
-    return speed_chart.table(speed)
-
-
 def machine_line(man: dict[str, Any]) -> str:
     mc = man["machine"]
     pk = mc.get("packages", {})
@@ -299,9 +297,10 @@ def markdown(man: dict[str, Any], details: bool = True, cap: int | None = None) 
             notices=notices(man),
             lean=man.get("lean"),
             lean_line=lean_line(man.get("lean")),
-            speed_table=speed_table(man.get("speed")),
-            speed_chart=speed_chart.sweep_chart(man.get("speed")),
-            speed_summary=speed_chart.summary_line(man.get("speed") or {}),
+            speed=speed_of(man),
+            speed_table=speed_chart.table(speed_of(man)),
+            speed_chart=speed_chart.sweep_chart(speed_of(man)),
+            speed_summary=speed_chart.summary_line(speed_of(man)),
             entries_table=entries_table(man),
             arms_table=arms_table(man),
             machine=machine_line(man),
@@ -361,10 +360,10 @@ def summary(man: dict[str, Any], md_path: Path | None = None) -> str:
     ]
     for g in gates_of(man):
         lines.append(f"  {ICON.get(g.status, '')} {g.name}: {g.matched}/{g.total} [{g.status}]")
-    sp = man.get("speed")
+    sp = speed_of(man)
     if sp:
-        why = sp.get("reason") or speed_chart.summary_line(sp)
-        lines.append(f"  speed: {sp['status']}" + (f" ({why})" if why else ""))
+        why = sp.reason or speed_chart.summary_line(sp)
+        lines.append(f"  speed: {sp.status}" + (f" ({why})" if why else ""))
     lean = man.get("lean")
     if lean:
         lines.append(f"  lean: {lean_counts(lean)}")

@@ -21,7 +21,11 @@ import sys
 import time
 from pathlib import Path
 
+from gates.results import Status
 from gates.speed import measure
+from gates.speed.results import SpeedRun, Verdict
+
+DECODE = "decode_cpu_s_per_token"
 
 
 def noop_commit(repo, base_sha: str) -> str:  # type: ignore[no-untyped-def]
@@ -31,25 +35,26 @@ def noop_commit(repo, base_sha: str) -> str:  # type: ignore[no-untyped-def]
 
 
 def summarize(paths: list[str]) -> str:
-    """Tries, tries with a slower cell, slower cells, and the spread of the CPU ratios."""
+    """Tries, tries with a slower cell, slower cells, and the spread of the decode speeds."""
     lines = []
     for path in paths:
         recs = [json.loads(line) for line in Path(path).read_text().splitlines() if line]
-        slower = [r for r in recs if any(c["verdict"] == "slower" for c in r["cells"])]
-        n_cells = sum(len(r["cells"]) for r in recs)
-        n_slow = sum(c["verdict"] == "slower" for r in recs for c in r["cells"])
-        cpu = sorted(
-            c["ratio"] for r in recs for c in r["cells"] if c["metric"] == "cpu_s_per_token"
-        )
-        blocks = sorted(r["blocks"] for r in recs)
-        walls = sorted(r["wall_s"] for r in recs)
+        if not recs:
+            lines.append(f"{path}: no tries")
+            continue
+        runs = [SpeedRun.from_json(r) for r in recs]
+        slower = [r for r in runs if r.verdicts().get(Verdict.SLOWER)]
+        n_cells = sum(len(r.cells) for r in runs)
+        n_slow = sum(r.verdicts().get(Verdict.SLOWER, 0) for r in runs)
+        speeds = sorted(c.speed for r in runs for c in r.cells if c.metric == DECODE)
+        blocks = sorted(r.blocks for r in runs)
+        walls = sorted(r.wall_s for r in runs)
+        mid = f"{speeds[len(speeds) // 2]:.3f}" if speeds else "-"
+        span = f"{speeds[0]:.3f}..{speeds[-1]:.3f} (median {mid})" if speeds else "-"
         lines.append(
-            f"{path}: plant {recs[0]['plant'] if recs else '-'}: {len(slower)}/{len(recs)} tries "
-            f"with a slower cell, {n_slow}/{n_cells} cells slower; CPU/token ratio "
-            f"{cpu[0]:.3f}..{cpu[-1]:.3f} (median {cpu[len(cpu) // 2]:.3f}); blocks "
-            f"{blocks[0]}..{blocks[-1]}; {walls[0]:.0f}..{walls[-1]:.0f} s"
-            if recs
-            else f"{path}: no tries"
+            f"{path}: plant {recs[0].get('plant', '-')}: {len(slower)}/{len(runs)} tries "
+            f"with a slower cell, {n_slow}/{n_cells} cells slower; decode CPU speed {span}; "
+            f"blocks {blocks[0]}..{blocks[-1]}; {walls[0]:.0f}..{walls[-1]:.0f} s"
         )
     return "\n".join(lines)
 
@@ -106,19 +111,16 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(a.tries):
         t0 = time.monotonic()
         got = measure.run_speed(sides, model, m.axes["backend"][0], m.speed, cache, plant=plant)
-        if got["status"] not in ("pass", "fail"):
-            print(f"try {i + 1}: {got['status']}: {got['reason']}", file=sys.stderr)
+        if got.status not in (Status.PASS, Status.FAIL):
+            print(f"try {i + 1}: {got.status}: {got.reason}", file=sys.stderr)
             return 3
-        verdicts = [c["verdict"] for c in got["cells"]]
-        slower = [
-            f"{c['metric']}@{c['parallel']}" for c in got["cells"] if c["verdict"] == "slower"
-        ]
+        counts = {str(v): n for v, n in sorted(got.verdicts().items())}
+        slower = [f"{c.metric}@{c.parallel}" for c in got.cells if c.verdict is Verdict.SLOWER]
         any_slower += bool(slower)
         cells_slower += len(slower)
-        cells_total += len(verdicts)
-        counts = {v: verdicts.count(v) for v in sorted(set(verdicts))}
+        cells_total += len(got.cells)
         print(
-            f"try {i + 1}/{a.tries}: {got['status']} blocks {got['blocks']} "
+            f"try {i + 1}/{a.tries}: {got.status} blocks {got.blocks} "
             f"{time.monotonic() - t0:.0f}s {counts} slower: {slower}",
             flush=True,
         )
@@ -130,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 "plant": a.plant,
                 "matrix": a.matrix,
                 "try": i,
-                **{k: got[k] for k in ("status", "blocks", "looks", "wall_s", "cells", "samples")},
+                **got.to_json(),
             }
             out.write(json.dumps(rec, default=str) + "\n")
             out.flush()

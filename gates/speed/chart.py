@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from gates.receipt.table import md_table
+from gates.speed.results import SpeedCell, SpeedRun, Verdict
 from gates.speed.schema import METRICS, label
 
-ICON = {"slower": "❌ slower", "faster": "🚀 faster", "equivalent": "✅ equivalent"}
+ICON = {
+    Verdict.SLOWER: "❌ slower",
+    Verdict.FASTER: "🚀 faster",
+    Verdict.EQUIVALENT: "✅ equivalent",
+    Verdict.INCONCLUSIVE: "inconclusive",
+}
 
 
 def pretty(metric: str, parallel: int | None = None) -> str:
@@ -25,48 +30,59 @@ def _fmt(v: float) -> str:
     return f"{v:.0f}" if a >= 1000 else f"{v:.1f}" if a >= 100 else f"{v:.3g}"
 
 
-def table(speed: dict[str, Any] | None) -> str:
-    cells = (speed or {}).get("cells") or []
-    if not cells:
+def _plain(v: float) -> str:
+    """About 4 significant digits, never in exponent form (mermaid reads plain numbers)."""
+    if v == 0 or math.isnan(v):
+        return "0"
+    return f"{v:.{max(0, 3 - math.floor(math.log10(abs(v))))}f}"
+
+
+def _row(c: SpeedCell) -> list[str]:
+    m = METRICS.get(c.metric)
+    scale = m.scale if m else 1.0
+    ci = "—" if math.isnan(c.speed_lo) else f"{c.speed_lo:.3f}–{c.speed_hi:.3f}"
+    verdict = ICON[c.verdict]
+    if c.unstable:
+        verdict += " ⚠️ unstable: " + ", ".join(c.unstable)
+    return [
+        pretty(c.metric, c.parallel),
+        _fmt(c.base * scale),
+        _fmt(c.head * scale),
+        f"{c.speed:.3f}",
+        ci,
+        f"{c.p_holm:.2g}",
+        str(c.blocks),
+        verdict,
+    ]
+
+
+def table(speed: SpeedRun | None) -> str:
+    if speed is None or not speed.cells:
         return ""
-    rows = []
-    for c in cells:
-        m = METRICS.get(c["metric"])
-        scale = m.scale if m else 1.0
-        ci = "—" if math.isnan(c["lo"]) else f"{c['lo']:.3f}–{c['hi']:.3f}"
-        verdict = ICON.get(c["verdict"], c["verdict"])
-        if c.get("unstable"):
-            verdict += " ⚠️ unstable: " + ", ".join(c["unstable"])
-        rows.append(
-            [
-                pretty(c["metric"], c["parallel"]),
-                _fmt(c["base"] * scale),
-                _fmt(c["head"] * scale),
-                f"{c['ratio']:.3f}",
-                ci,
-                f"{c['p_holm']:.2g}",
-                f"{c['n_base']}+{c['n_head']}",
-                verdict,
-            ]
-        )
     return md_table(
-        rows,
-        headers=["cell", "base", "head", "head/base", "95% CI", "p (Holm)", "n", "verdict"],
+        [_row(c) for c in speed.cells],
+        headers=["cell", "base", "head", "speed", "95% CI", "p (Holm)", "blocks", "verdict"],
     )
 
 
-def sweep_chart(speed: dict[str, Any] | None, metric: str = "decode_tok_s") -> str:
-    """A mermaid xychart of the sweep (median of each side by stream count), or ''."""
-    cells = [c for c in (speed or {}).get("cells") or [] if c["metric"] == metric]
-    if len(cells) < 2:
+def sweep_chart(speed: SpeedRun | None, metric: str = "decode_tok_s") -> str:
+    """A mermaid xychart of the sweep (each side's median over blocks), or ''."""
+    if speed is None:
         return ""
-    cells.sort(key=lambda c: c["parallel"])
+    cells = sorted((c for c in speed.cells if c.metric == metric), key=lambda c: c.parallel)
+    if len(cells) < 2:
+        cells = sorted(
+            (c for c in speed.cells if c.metric == speed.cells[0].metric), key=lambda c: c.parallel
+        )
+        if len(cells) < 2:
+            return ""
+        metric = cells[0].metric
     m = METRICS.get(metric)
     scale = m.scale if m else 1.0
-    base = [c["base"] * scale for c in cells]
-    head = [c["head"] * scale for c in cells]
+    base = [c.base * scale for c in cells]
+    head = [c.head * scale for c in cells]
     top = max(base + head) * 1.15
-    xs = ", ".join(str(c["parallel"]) for c in cells)
+    xs = ", ".join(str(c.parallel) for c in cells)
     name = f"{m.label} ({m.unit})" if m else metric
     return "\n".join(
         [
@@ -74,21 +90,19 @@ def sweep_chart(speed: dict[str, Any] | None, metric: str = "decode_tok_s") -> s
             "xychart-beta",
             f'    title "{name} by stream count: base (first line) and head"',
             f'    x-axis "streams" [{xs}]',
-            f'    y-axis "{name}" 0 --> {top:.0f}',
-            f"    line [{', '.join(f'{v:.1f}' for v in base)}]",
-            f"    line [{', '.join(f'{v:.1f}' for v in head)}]",
+            f'    y-axis "{name}" 0 --> {_plain(top)}',
+            f"    line [{', '.join(_plain(v) for v in base)}]",
+            f"    line [{', '.join(_plain(v) for v in head)}]",
             "```",
         ]
     )
 
 
-def summary_line(speed: dict[str, Any]) -> str:
-    cells = speed.get("cells") or []
-    counts: dict[str, int] = {}
-    for c in cells:
-        counts[c["verdict"]] = counts.get(c["verdict"], 0) + 1
-    parts = [f"{n} {v}" for v, n in sorted(counts.items())]
-    unstable = sum(1 for c in cells if c.get("unstable"))
+def summary_line(speed: SpeedRun | None) -> str:
+    if speed is None:
+        return ""
+    parts = [f"{n} {v}" for v, n in sorted(speed.verdicts().items())]
+    unstable = sum(1 for c in speed.cells if c.unstable)
     if unstable:
         parts.append(f"{unstable} unstable")
     return ", ".join(parts)

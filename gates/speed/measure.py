@@ -1,12 +1,13 @@
-"""The ABBA runner: fresh ``engine bench --json`` processes of base and head, one at a time.
+"""The block runner: a fresh base and a fresh head ``engine bench --lockstep`` per block.
 
-Blocks alternate ``base head head base`` and ``head base base head``, so a drift of the
-machine (heat, other load) hits both sides alike. Every sample is a fresh process with
-the same environment on both sides (single-threaded BLAS, no ``ENGINE_*`` from the
-shell, the runner's CPU affinity); its bench does one untimed warm-up run. The load
-average is recorded before and after each sample. After ``blocks`` blocks the cells are
-judged (``stats``); while a cell is inconclusive, ``add_blocks`` more run, up to
-``max_blocks`` and ``budget_s`` seconds.
+In a block both processes load and warm up, then take turns: for each stream count of the
+sweep, one timed run of each side, the order alternating (``base head``, then ``head base``)
+so that neither side always runs first; ``repeats`` such rounds. Both are pinned to one
+CPU with the same environment (single-threaded BLAS, no ``ENGINE_*`` from the shell), so
+they meet the same core and the same seconds of the machine: a block is a *pair*, and its
+drift drops out of the head/base ratio. Each block gives one value per side for each cell
+(``estimate``); after ``blocks`` blocks the cells are judged (``stats``), and while a cell
+is inconclusive ``add_blocks`` more run, up to ``max_blocks`` and ``budget_s`` seconds.
 """
 
 from __future__ import annotations
@@ -15,13 +16,19 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gates.execute import _run, base_env, has_engine, tail
-from gates.speed import schema, stats
+from gates.execute import base_env, has_engine
+from gates.results import Status
+from gates.speed import estimate, schema, stats
+from gates.speed.lockstep import SampleError, Worker
+from gates.speed.results import SpeedCell, SpeedRun, Verdict
 
-ORDER = (("base", "head", "head", "base"), ("head", "base", "base", "head"))
+ORDER = (("base", "head"), ("head", "base"))
+SIDES = ("base", "head")
+KEEP = ("parallel", "cpu_s", "wall_s", "generated_tokens", "prompt_tokens", *schema.METRICS)
 
 
 def bench_argv(model: Path, backend: str, spec: dict[str, Any]) -> list[str]:
@@ -30,77 +37,98 @@ def bench_argv(model: Path, backend: str, spec: dict[str, Any]) -> list[str]:
         "-m",
         "engine",
         "bench",
-        "--json",
+        "--lockstep",
         "--model",
         str(model),
         "--backend",
         backend,
         "--parallel",
-        ",".join(map(str, spec["parallel"])),
+        str(max(spec["parallel"])),  # the warm-up's stream count
         "--prompt-tokens",
         str(spec["prompt_tokens"]),
         "--gen-tokens",
         str(spec["gen_tokens"]),
-        "--repeats",
-        str(spec["repeats"]),
     ]
 
 
-class SampleError(Exception):
-    def __init__(self, status: str, reason: str) -> None:
-        super().__init__(reason)
-        self.status, self.reason = status, reason
-
-
-def _load() -> list[float] | None:
+def pin_cpu() -> int | None:
+    """The CPU both sides of every block run on: the last one this runner may use."""
     try:
-        return [round(x, 2) for x in os.getloadavg()]
+        return max(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+
+
+def _load() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
     except OSError:
         return None
 
 
-def sample(
-    worktree: Path,
-    argv: list[str],
-    env: dict[str, str],
-    spec: dict[str, Any],
-) -> dict[str, Any]:
-    """One fresh bench process: its rows by parallel, wall time and the load around it."""
-    before, t0 = _load(), time.monotonic()
-    code, out, err = _run(argv, worktree, env, spec["timeout"])
-    wall, after = time.monotonic() - t0, _load()
-    if code is None:
-        raise SampleError("could_not_run", f"bench timed out after {spec['timeout']:.0f}s")
-    if code != 0:
-        raise SampleError(
-            "not_comparable" if code == 2 else "could_not_run",
-            f"engine has no bench --json (exit {code}: {tail(err, 300)})",
-        )
+def _turns(workers: dict[str, Worker], index: int, spec: dict[str, Any]) -> list[dict]:
+    """The block's timed runs in the order they ran, each marked with its side."""
+    ran = []
+    per_run = [m for m in spec["metrics"] if m in estimate.PER_RUN]
+    for k in range(spec["repeats"]):
+        for i, n in enumerate(spec["parallel"]):
+            for side in ORDER[(index + k + i) % 2]:
+                try:
+                    got = schema.check_run(workers[side].unit(n), n, per_run)
+                except schema.NotComparable as e:
+                    raise SampleError("not_comparable", f"{side}: {e}") from None
+                ran.append({"side": side, **got})
+    return ran
+
+
+def run_block(index: int, start: Callable[[str], Worker], spec: dict[str, Any]) -> dict[str, Any]:
+    """One block: both sides' timed runs, and each cell's value per side."""
+    t0, load_before = time.monotonic(), _load()
+    workers = {s: start(s) for s in SIDES}  # both load at once; loading is not timed
     try:
-        got = schema.parse(out, spec["metrics"], spec["parallel"])
-    except schema.NotComparable as e:
-        raise SampleError("not_comparable", str(e)) from None
+        version = 0
+        for side, w in workers.items():
+            try:
+                version = schema.check_header(w.wait_ready())
+            except schema.NotComparable as e:
+                raise SampleError("not_comparable", f"{side}: {e}") from None
+            except SampleError as e:
+                raise SampleError(e.status, f"{side}: {e.reason}") from None
+        ran = _turns(workers, index, spec)
+    finally:
+        for w in workers.values():
+            w.close()
+    q = spec["quantile"]
+
+    def of(side: str, n: int) -> list[dict[str, Any]]:
+        return [r for r in ran if r["side"] == side and r["parallel"] == n]
+
+    values = {
+        f"{m}@{n}": [estimate.value(of(s, n), m, q) for s in SIDES]
+        for m in spec["metrics"]
+        for n in spec["parallel"]
+    }
     return {
-        "rows": got["rows"],
-        "schema": got["schema"],
-        "wall_s": round(wall, 3),
-        "load_before": before,
-        "load_after": after,
-        "process": got["process"],
+        "block": index,
+        "schema": version,
+        "values": values,
+        "wall_s": round(time.monotonic() - t0, 2),
+        "load_before": load_before,
+        "load_after": _load(),
+        "runs": [{k: r[k] for k in ("side", *KEEP) if k in r} for r in ran],
     }
 
 
-def judge(samples: list[dict[str, Any]], spec: dict[str, Any], looks: int) -> list[dict]:
-    cells: dict[tuple[str, int], tuple[list[float], list[float]]] = {}
-    for metric in spec["metrics"]:
+def judge(samples: list[dict[str, Any]], spec: dict[str, Any], looks: int) -> list[SpeedCell]:
+    cells = {}
+    for m in spec["metrics"]:
         for n in spec["parallel"]:
-            b = [s["rows"][n][metric] for s in samples if s["side"] == "base"]
-            h = [s["rows"][n][metric] for s in samples if s["side"] == "head"]
-            cells[(metric, n)] = (b, h)
-    better = {m: schema.METRICS[m].better for m in spec["metrics"]}
+            pairs = [s["values"][f"{m}@{n}"] for s in samples]
+            pairs = [p for p in pairs if not any(math.isnan(x) for x in p)]
+            cells[(m, n)] = ([p[0] for p in pairs], [p[1] for p in pairs])
     return stats.verdicts(
         cells,
-        better,
+        {m: schema.METRICS[m].better for m in spec["metrics"]},
         alpha=spec["alpha"],
         looks=looks,
         delta=spec["delta"],
@@ -113,6 +141,28 @@ def max_looks(spec: dict[str, Any]) -> int:
     return 1 + (math.ceil(extra / spec["add_blocks"]) if spec["add_blocks"] > 0 else 0)
 
 
+def _starter(
+    sides: dict[str, Path],
+    model: Path,
+    backend: str,
+    spec: dict[str, Any],
+    cache: Path,
+    plant: dict[str, str] | None,
+    pythons: dict[str, str] | None,
+    cpu: int | None,
+) -> Callable[[str], Worker]:
+    argv = bench_argv(model, backend, spec)
+    envs = {s: base_env(sides[s], backend, {}, cache) for s in SIDES}
+    if plant:
+        envs["head"].update(plant)
+
+    def start(side: str) -> Worker:
+        python = (pythons or {}).get(side, argv[0])
+        return Worker([python, *argv[1:]], sides[side], envs[side], cpu, spec["timeout"])
+
+    return start
+
+
 def run_speed(
     sides: dict[str, Path],
     model: Path,
@@ -122,76 +172,47 @@ def run_speed(
     log: Any = None,
     plant: dict[str, str] | None = None,
     pythons: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """ABBA blocks until no cell is inconclusive or the budget is spent; verdict per cell.
+) -> SpeedRun:
+    """Blocks until no cell is inconclusive or the budget is spent; a verdict per cell.
 
     ``plant`` (calibration only: ``gates.speed.calibrate``) adds environment variables to
     the head side; a real comparison never passes it. ``pythons``: a side's interpreter where
     it has its own environment (gates/envs.py; default: this one)."""
     t0 = time.monotonic()
-    for side in ("base", "head"):
+    out = SpeedRun(Status.PASS, spec=dict(spec), planted=dict(plant) if plant else None)
+    for side in SIDES:
         if not has_engine(sides[side]):
-            return _result("not_comparable", f"{side}: the commit has no engine/", spec)
-    argv = bench_argv(model, backend, spec)
-    argvs = {s: [(pythons or {}).get(s, argv[0]), *argv[1:]] for s in ("base", "head")}
-    envs = {s: base_env(sides[s], backend, {}, cache) for s in ("base", "head")}
-    if plant:
-        envs["head"].update(plant)
-    looks = max_looks(spec)
-    samples: list[dict[str, Any]] = []
-    cells: list[dict[str, Any]] = []
-    blocks, look = 0, 0
+            out.status, out.reason = Status.NOT_COMPARABLE, f"{side}: the commit has no engine/"
+            return out
+    out.cpu = pin_cpu()
+    start = _starter(sides, model, backend, spec, cache, plant, pythons, out.cpu)
+    out.max_looks = max_looks(spec)
     target = spec["blocks"]
     while True:
-        while blocks < target:
-            spent = time.monotonic() - t0
-            if blocks >= spec["blocks"] and spent + spent / blocks > spec["budget_s"]:
+        while len(out.samples) < target:
+            spent, done = time.monotonic() - t0, len(out.samples)
+            if done >= spec["blocks"] and spent + spent / done > spec["budget_s"]:
                 break  # the next block would end past the budget: judge what there is
-            for side in ORDER[blocks % 2]:
-                try:
-                    s = sample(sides[side], argvs[side], envs[side], spec)
-                except SampleError as e:
-                    # a bench that never worked on this side: not comparable; one that
-                    # worked and then failed: could not run
-                    first = not any(x["side"] == side for x in samples)
-                    status = "not_comparable" if first else e.status
-                    return _result(status, f"{side}: {e.reason}", spec, samples)
-                s.update(side=side, block=blocks, index=len(samples))
-                samples.append(s)
-            blocks += 1
+            try:
+                out.samples.append(run_block(done, start, spec))
+            except SampleError as e:
+                out.status, out.reason = Status(e.status), e.reason
+                out.wall_s = round(time.monotonic() - t0, 1)
+                return out
             if log:
-                log(f"[gates] speed block {blocks}/{target} ({time.monotonic() - t0:.0f}s)")
-        look += 1
-        cells = judge(samples, spec, looks)
-        open_cells = [c for c in cells if c["verdict"] == "inconclusive"]
-        spent = time.monotonic() - t0
-        if not open_cells or blocks >= spec["max_blocks"] or look >= looks:
+                log(f"[gates] speed block {done + 1}/{target} ({time.monotonic() - t0:.0f}s)")
+        out.looks += 1
+        out.cells = judge(out.samples, spec, out.max_looks)
+        spent, done = time.monotonic() - t0, len(out.samples)
+        open_cells = [c for c in out.cells if c.verdict is Verdict.INCONCLUSIVE]
+        if not open_cells or done >= spec["max_blocks"] or out.looks >= out.max_looks:
             break
-        if spent + spent / blocks > spec["budget_s"]:
+        if spent + spent / done > spec["budget_s"]:
             break  # not even one more block fits
-        target = min(spec["max_blocks"], blocks + spec["add_blocks"])
-    slower = [c for c in cells if c["verdict"] == "slower"]
-    out = _result("fail" if slower else "pass", "", spec, samples)
-    out.update(
-        cells=cells,
-        blocks=blocks,
-        looks=look,
-        max_looks=looks,
-        level=spec["alpha"] / looks,
-        wall_s=round(time.monotonic() - t0, 1),
-        schema=samples[0]["schema"] if samples else None,
-        planted=dict(plant) if plant else None,
-    )
+        target = min(spec["max_blocks"], done + spec["add_blocks"])
+    out.blocks, out.level = len(out.samples), spec["alpha"] / out.max_looks
+    out.schema = out.samples[0]["schema"] if out.samples else None
+    out.wall_s = round(time.monotonic() - t0, 1)
+    if any(c.verdict is Verdict.SLOWER for c in out.cells):
+        out.status = Status.FAIL
     return out
-
-
-def _result(
-    status: str, reason: str, spec: dict[str, Any], samples: list | None = None
-) -> dict[str, Any]:
-    return {
-        "status": status,
-        "reason": reason,
-        "cells": [],
-        "samples": samples or [],
-        "spec": {k: v for k, v in spec.items()},
-    }

@@ -1,16 +1,18 @@
 """The bench schema (docs/contract.md, *bench*), read field by field.
 
-An engine whose ``bench --json`` has no ``bench_schema`` (or a newer one than this runner
-reads, or a row without a metric) is *not comparable* for speed: nothing is guessed.
+The speed gates drive ``engine bench --lockstep`` (bench schema 2). An engine without it
+(no ``--lockstep``, no ``bench_schema``, one older than 2 or newer than this runner reads,
+a run without ``actions`` or a metric) is *not comparable* for speed: nothing is guessed.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA = 1  # the newest bench_schema this runner reads
+SCHEMA = 2  # the newest bench_schema this runner reads
+OLDEST = 2  # the first with --lockstep and per-action samples
+ACTION_FIELDS = ("kind", "cpu_s", "wall_s", "rows", "tokens")
 
 
 @dataclass(frozen=True)
@@ -22,56 +24,48 @@ class Metric:
 
 
 METRICS = {
-    "cpu_s_per_token": Metric("CPU per token", "lower", 1000.0, "ms"),
     "decode_cpu_s_per_token": Metric("decode CPU per token", "lower", 1000.0, "ms"),
     "prefill_cpu_s_per_token": Metric("prefill CPU per token", "lower", 1e6, "µs"),
     "decode_tok_s": Metric("decode", "higher", 1.0, "tok/s"),
     "prefill_tok_s": Metric("prefill", "higher", 1.0, "tok/s"),
+    "cpu_s_per_token": Metric("CPU per token", "lower", 1000.0, "ms"),
     "ttft_ms": Metric("TTFT", "lower", 1.0, "ms"),
 }
-DEFAULT_METRICS = ("cpu_s_per_token", "decode_tok_s", "prefill_tok_s", "ttft_ms")
+DEFAULT_METRICS = ("decode_cpu_s_per_token", "prefill_cpu_s_per_token", "decode_tok_s", "ttft_ms")
 
 
 class NotComparable(Exception):
     """The engine's bench output cannot be read as the bench schema."""
 
 
-def parse(text: str, metrics: tuple[str, ...] | list[str], parallel: list[int]) -> dict[str, Any]:
-    """``{"rows": {parallel: {metric: value}}, "machine": ..., "process": ...}``."""
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError:
-        raise NotComparable("engine bench --json printed no JSON") from None
-    if not isinstance(obj, dict) or "bench_schema" not in obj:
-        raise NotComparable("engine bench --json has no bench_schema (before bench schema 1)")
-    version = obj["bench_schema"]
+def check_header(obj: dict[str, Any]) -> int:
+    """The bench schema version of a ``--lockstep`` ready line; NotComparable if unreadable."""
+    version = obj.get("bench_schema")
+    if version is None:
+        raise NotComparable("engine bench has no bench_schema (before bench schema 1)")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise NotComparable(f"bench_schema {version!r} is not a version number")
+    if version < OLDEST:
+        raise NotComparable(f"bench_schema {version} has no --lockstep (before bench schema 2)")
     if version > SCHEMA:
         raise NotComparable(f"bench_schema {version} is newer than this runner reads ({SCHEMA})")
-    sweep = obj.get("sweep")
-    if not isinstance(sweep, list):
-        raise NotComparable("bench JSON has no sweep list")
-    rows: dict[int, dict[str, float]] = {}
-    for i, row in enumerate(sweep):
-        if not isinstance(row, dict) or not isinstance(row.get("parallel"), int):
-            raise NotComparable(f"bench sweep[{i}] has no integer parallel")
-        vals = {}
-        for m in metrics:
-            v = row.get(m)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
-                raise NotComparable(f"bench sweep[{i}] has no positive {m} (got {v!r})")
-            vals[m] = float(v)
-        rows[row["parallel"]] = vals
-    missing = [n for n in parallel if n not in rows]
-    if missing:
-        raise NotComparable(f"bench sweep has no row for parallel {missing}")
-    return {
-        "schema": version,
-        "rows": {n: rows[n] for n in parallel},
-        "machine": obj.get("machine"),
-        "process": obj.get("process"),
-    }
+    return version
+
+
+def check_run(obj: dict[str, Any], n: int, metrics: list[str]) -> dict[str, Any]:
+    """One timed run of ``n`` streams, checked: its fields by name and its action lists."""
+    if obj.get("parallel") != n:
+        raise NotComparable(f"bench answered parallel {obj.get('parallel')!r} for {n}")
+    acts = obj.get("actions")
+    if not isinstance(acts, dict) or any(not isinstance(acts.get(k), list) for k in ACTION_FIELDS):
+        raise NotComparable(f"bench run has no actions {{{', '.join(ACTION_FIELDS)}}}")
+    if len({len(acts[k]) for k in ACTION_FIELDS}) != 1:
+        raise NotComparable("bench run's action lists differ in length")
+    for m in metrics:
+        v = obj.get(m)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
+            raise NotComparable(f"bench run at parallel {n} has no positive {m} (got {v!r})")
+    return obj
 
 
 def label(metric: str, parallel: int) -> str:

@@ -1,13 +1,16 @@
-"""Per-cell statistics and verdicts of the speed gates.
+"""Per-cell statistics and verdicts of the speed gates, on paired blocks.
 
-A *cell* is one metric at one stream count, with one value per fresh bench process on
-each side. For each cell:
+A *cell* is one metric at one stream count. Each block gives it one value per side (base
+and head ran in the same seconds, turn about), so a cell is a list of pairs. Per pair the
+log speed ``d = log(base cost / head cost)`` (> 0: head faster; rates are inverted into
+costs first). For each cell:
 
-* ``p``: a two-sided Mann–Whitney U test, head against base (``scipy.stats.mannwhitneyu``);
-* ``ratio``: median(head) / median(base), with a 95 % percentile bootstrap interval
-  (``scipy.stats.bootstrap``, resampling each side on its own, a fixed seed);
-* ``speed``: the same as a speed factor, > 1 = head faster (the ratio, or its inverse for
-  costs such as CPU seconds per token and TTFT).
+* ``p``: a two-sided Wilcoxon signed-rank test of ``d`` against 0 (``scipy.stats.wilcoxon``,
+  the paired form of the Mann–Whitney test: the machine's drift, which both sides of a
+  block share, drops out of ``d``);
+* ``speed``: ``exp`` of the 20 % trimmed mean of ``d``, with a 95 % percentile bootstrap
+  interval (``scipy.stats.bootstrap``, resampling blocks, a fixed seed); ``ratio`` is
+  head / base of the metric itself (its inverse for rates).
 
 The p values of all cells are Holm-adjusted together; the level of each look is
 ``alpha / looks`` (the runner looks again after adding blocks, and a verdict may be
@@ -25,46 +28,56 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
 
 import numpy as np
 from scipy import stats as sps
 
+from gates.speed.results import SpeedCell, Verdict
+
 CONFIDENCE = 0.95
-RESAMPLES = 2000
+RESAMPLES = 4000
 SEED = 20240609
-UNSTABLE_SPREAD = 0.10  # robust spread (1.4826 MAD / median) of a side above this: unstable
-OUTLIER_Z = 4.0  # a sample this many robust spreads from its side's median is an outlier
+TRIM = 0.2
+UNSTABLE_SPREAD = 0.05  # robust spread (1.4826 MAD) of the blocks' log speeds above this
+OUTLIER_Z = 4.0  # a block this many robust spreads from the median log speed is an outlier
+FLOOR = 1e-3  # spreads below 0.1 % count as 0.1 %: float noise is not an outlier
 
 
-def _ratio_of_medians(h: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.median(h, axis=axis) / np.median(b, axis=axis)
+def _center(d: np.ndarray, axis: int = -1) -> np.ndarray:
+    return sps.trim_mean(d, TRIM, axis=axis)
 
 
-def ratio_interval(base: list[float], head: list[float]) -> tuple[float, float]:
-    """95 % bootstrap interval of median(head) / median(base); nan with < 2 per side."""
-    if len(base) < 2 or len(head) < 2:
+def log_speeds(base: list[float], head: list[float], better: str) -> list[float]:
+    """Per block log(head's speed / base's): costs base/head, rates head/base."""
+    pairs = zip(base, head, strict=True)
+    if better == "lower":
+        return [math.log(b / h) for b, h in pairs]
+    return [math.log(h / b) for b, h in pairs]
+
+
+def interval(d: list[float]) -> tuple[float, float]:
+    """95 % bootstrap interval of exp(trimmed mean of d); nan with fewer than 3 blocks."""
+    if len(d) < 3:
         return math.nan, math.nan
-    if len(set(base)) == 1 and len(set(head)) == 1:
-        r = head[0] / base[0]
-        return r, r
+    if len(set(d)) == 1:
+        return math.exp(d[0]), math.exp(d[0])
     res = sps.bootstrap(
-        (np.asarray(head), np.asarray(base)),
-        _ratio_of_medians,
+        (np.asarray(d),),
+        _center,
         vectorized=True,
         n_resamples=RESAMPLES,
         confidence_level=CONFIDENCE,
         method="percentile",
         rng=np.random.default_rng(SEED),
     )
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return math.exp(res.confidence_interval.low), math.exp(res.confidence_interval.high)
 
 
-def mann_whitney(base: list[float], head: list[float]) -> float:
-    """Two-sided Mann–Whitney p value (1.0 when a side is empty or all values tie)."""
-    if not base or not head or len(set(base) | set(head)) == 1:
+def signed_rank(d: list[float]) -> float:
+    """Two-sided Wilcoxon signed-rank p value (1.0 when every d is 0 or there are none)."""
+    if not any(d):
         return 1.0
-    return float(sps.mannwhitneyu(head, base, alternative="two-sided").pvalue)
+    return float(sps.wilcoxon(d, alternative="two-sided").pvalue)
 
 
 def holm(ps: list[float]) -> list[float]:
@@ -80,68 +93,65 @@ def holm(ps: list[float]) -> list[float]:
 
 
 def spread(xs: list[float]) -> float:
-    """Robust relative spread: 1.4826 * MAD / median."""
+    """Robust spread of log speeds: 1.4826 * MAD (about the relative spread of a ratio)."""
     if len(xs) < 2:
         return 0.0
     med = statistics.median(xs)
-    mad = statistics.median(abs(x - med) for x in xs)
-    return 1.4826 * mad / med if med else 0.0
+    return 1.4826 * statistics.median(abs(x - med) for x in xs)
 
 
 def outliers(xs: list[float]) -> int:
     if len(xs) < 3:
         return 0
-    med = statistics.median(xs)
-    mad = 1.4826 * statistics.median(abs(x - med) for x in xs)
-    if mad == 0:
-        return sum(1 for x in xs if x != med)
+    med, mad = statistics.median(xs), max(spread(xs), FLOOR)
     return sum(1 for x in xs if abs(x - med) > OUTLIER_Z * mad)
 
 
-def cell(base: list[float], head: list[float], better: str) -> dict[str, Any]:
+def _unstable(d: list[float]) -> list[str]:
+    out = []
+    sp = spread(d)
+    if sp > UNSTABLE_SPREAD:
+        out.append(f"block-to-block spread {sp:.0%}")
+    n_out = outliers(d)
+    if n_out:
+        out.append(f"{n_out} outlier block{'s' * (n_out > 1)}")
+    return out
+
+
+def cell(
+    metric: str, parallel: int, base: list[float], head: list[float], better: str
+) -> SpeedCell:
     """Everything about one cell but its verdict (which needs every cell's p value)."""
-    mb, mh = float(statistics.median(base)), float(statistics.median(head))
-    ratio = mh / mb
-    lo, hi = ratio_interval(base, head)
-    if better == "higher":
-        speed, s_lo, s_hi = ratio, lo, hi
-    else:
-        speed, s_lo, s_hi = 1 / ratio, 1 / hi, 1 / lo
-    unstable = []
-    for side, xs in (("base", base), ("head", head)):
-        sp = spread(xs)
-        if sp > UNSTABLE_SPREAD:
-            unstable.append(f"{side} spread {sp:.0%}")
-        n_out = outliers(xs)
-        if n_out:
-            unstable.append(f"{side} {n_out} outlier{'s' * (n_out > 1)}")
-    return {
-        "base": mb,
-        "head": mh,
-        "n_base": len(base),
-        "n_head": len(head),
-        "ratio": ratio,
-        "lo": lo,
-        "hi": hi,
-        "speed": speed,
-        "speed_lo": s_lo,
-        "speed_hi": s_hi,
-        "p": mann_whitney(base, head),
-        "unstable": unstable,
-    }
+    d = log_speeds(base, head, better)
+    speed = math.exp(float(_center(np.asarray(d)))) if d else math.nan
+    lo, hi = interval(d)
+    return SpeedCell(
+        metric=metric,
+        parallel=parallel,
+        base=float(statistics.median(base)) if base else math.nan,
+        head=float(statistics.median(head)) if head else math.nan,
+        blocks=len(d),
+        speed=speed,
+        speed_lo=lo,
+        speed_hi=hi,
+        ratio=1 / speed if better == "lower" else speed,
+        p=signed_rank(d),
+        unstable=_unstable(d),
+        log_speeds=d,
+    )
 
 
-def decide(c: dict[str, Any], p_adj: float, level: float, delta: float, min_effect: float) -> str:
-    s, lo, hi = c["speed"], c["speed_lo"], c["speed_hi"]
+def decide(c: SpeedCell, level: float, delta: float, min_effect: float) -> Verdict:
+    s, lo, hi = c.speed, c.speed_lo, c.speed_hi
     have_ci = not (math.isnan(lo) or math.isnan(hi))
-    if have_ci and p_adj <= level:
+    if have_ci and c.p_holm <= level:
         if hi < 1 and s < 1 - min_effect:
-            return "slower"
+            return Verdict.SLOWER
         if lo > 1 and s > 1 + min_effect:
-            return "faster"
+            return Verdict.FASTER
     if have_ci and 1 - delta <= lo and hi <= 1 + delta:
-        return "equivalent"
-    return "inconclusive"
+        return Verdict.EQUIVALENT
+    return Verdict.INCONCLUSIVE
 
 
 def verdicts(
@@ -152,15 +162,11 @@ def verdicts(
     looks: int,
     delta: float,
     min_effect: float,
-) -> list[dict[str, Any]]:
-    """One row per cell ``(metric, parallel)`` -> (base values, head values), in order."""
-    keys = list(samples)
-    cells = [cell(*samples[k], better[k[0]]) for k in keys]
-    adj = holm([c["p"] for c in cells])
+) -> list[SpeedCell]:
+    """One cell per ``(metric, parallel)`` -> (base values, head values) paired by block."""
+    cells = [cell(m, n, *samples[(m, n)], better[m]) for m, n in samples]
     level = alpha / max(1, looks)
-    out = []
-    for (metric, par), c, pa in zip(keys, cells, adj, strict=True):
-        c.update(metric=metric, parallel=par, p_holm=pa, level=level)
-        c["verdict"] = decide(c, pa, level, delta, min_effect)
-        out.append(c)
-    return out
+    for c, pa in zip(cells, holm([c.p for c in cells]), strict=True):
+        c.p_holm, c.level = pa, level
+        c.verdict = decide(c, level, delta, min_effect)
+    return cells

@@ -1,7 +1,8 @@
-"""bench --json: bench schema 1; ENGINE_CALIBRATE_SLOWDOWN costs time, never tokens."""
+"""bench --json and --lockstep (schema 2); ENGINE_CALIBRATE_SLOWDOWN costs time, not tokens."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -33,9 +34,9 @@ def _bench(capsys, *extra: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_bench_schema_1(capsys):
+def test_bench_schema_2(capsys):
     out = _bench(capsys, "--parallel", "1,2")
-    assert out["bench_schema"] == 1
+    assert out["bench_schema"] == 2
     assert [r["parallel"] for r in out["sweep"]] == [1, 2]
     for r in out["sweep"]:
         assert set(r) >= ROW_KEYS
@@ -43,6 +44,29 @@ def test_bench_schema_1(capsys):
         assert r["cpu_s_per_token"] > 0 and r["decode_tok_s"] > 0 and r["ttft_ms"] > 0
     assert {"cpu", "cores", "threads", "python", "numpy"} <= set(out["machine"])
     assert {"cpu_s", "wall_s", "loadavg_start", "loadavg_end"} <= set(out["process"])
+    assert "actions" not in out["sweep"][0]  # per-action samples are for --lockstep
+
+
+def test_lockstep_answers_one_run_per_line(monkeypatch, capsys):
+    lines = '{"parallel": 2}\nnot json\n{"parallel": 0}\n\n{"parallel": 1}\n'
+    monkeypatch.setattr("sys.stdin", io.StringIO(lines))
+    argv = ["bench", "--lockstep", "--model", MODEL, "--prompt-tokens", "8", "--gen-tokens", "4"]
+    assert main(argv) == 0
+    got = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert got[0]["ready"] is True and got[0]["bench_schema"] == 2 and "machine" in got[0]
+    assert "error" in got[2] and "parallel" in got[3]["error"]
+    two, one = got[1], got[4]
+    assert (two["parallel"], one["parallel"], len(got)) == (2, 1, 5)
+    for run, n in ((two, 2), (one, 1)):
+        acts = run["actions"]
+        assert set(ROW_KEYS) <= set(run)
+        assert len({len(v) for v in acts.values()}) == 1
+        rounds = [i for i, k in enumerate(acts["kind"]) if k == "round"]
+        # every token is made once: the first by a prompt step, the rest by rounds
+        assert sum(acts["tokens"]) == 4 * n == run["generated_tokens"]
+        assert sum(acts["tokens"][i] for i in rounds) == 3 * n
+        assert sum(acts["rows"][i] for i, k in enumerate(acts["kind"]) if k != "round") == 8 * n
+        assert all(c > 0 for c in acts["cpu_s"]) and all(w > 0 for w in acts["wall_s"])
 
 
 def test_calibrate_knob(monkeypatch, capsys):

@@ -212,15 +212,18 @@ def test_show_and_clean(stub_repo, capsys, tmp_path):
 def test_speed_gate_with_bench(stub_repo):
     m = (
         stub_repo.root / "matrices" / "small.yaml"
-    ).read_text() + "speed: {blocks: 1, max_blocks: 2, add_blocks: 1, parallel: [1, 2]}\n"
+    ).read_text() + "speed: {blocks: 3, max_blocks: 4, add_blocks: 1, parallel: [1, 2]}\n"
     (stub_repo.root / "matrices" / "speed.yaml").write_text(m)
     stub_repo.commit("speed")
     code, man, md = run_gates(stub_repo, matrix="matrices/speed.yaml")
     assert code == 0
     assert man["speed"]["status"] == "pass"
     assert {c["verdict"] for c in man["speed"]["cells"]} == {"equivalent"}
-    assert man["speed"]["blocks"] == 1  # nothing inconclusive: no block added
-    assert [s["side"] for s in man["speed"]["samples"]] == ["base", "head", "head", "base"]
+    assert man["speed"]["blocks"] == 3  # nothing inconclusive: no block added
+    sides = [[r["side"] for r in s["runs"]] for s in man["speed"]["samples"]]
+    # turn about: the order alternates by stream count, repeat and block
+    assert sides[0] == ["base", "head", "head", "base", "head", "base", "base", "head"]
+    assert sides[1] == ["head", "base", "base", "head", "base", "head", "head", "base"]
     assert all(s["load_before"] is not None for s in man["speed"]["samples"])
     assert "decode (tok/s) at 2 streams" in md
     assert "xychart-beta" in md
@@ -230,7 +233,8 @@ def test_speed_gate_with_bench(stub_repo):
 
 def test_speed_not_comparable_without_bench(stub_repo):
     main_py = stub_repo.root / "engine" / "__main__.py"
-    main_py.write_text(main_py.read_text().replace('if a.cmd == "bench":', "if False:"))
+    no_bench = "b = argparse.ArgumentParser()  # no bench command"
+    main_py.write_text(main_py.read_text().replace('b = sub.add_parser("bench")', no_bench))
     m = (
         stub_repo.root / "matrices" / "small.yaml"
     ).read_text() + "speed: {runs: 1, parallel: [1, 2]}\n"
@@ -239,7 +243,8 @@ def test_speed_not_comparable_without_bench(stub_repo):
     code, man, md = run_gates(stub_repo, matrix="matrices/speed.yaml")
     assert code == 0
     assert man["speed"]["status"] == "not_comparable"
-    assert "engine has no bench --json" in md, man["speed"]["reason"]
+    assert "engine bench --lockstep refused (exit 2)" in md, man["speed"]["reason"]
+    assert "invalid choice: 'bench'" in md
 
 
 def test_speed_not_comparable_before_bench_schema(stub_repo, monkeypatch):
@@ -252,7 +257,7 @@ def test_speed_not_comparable_before_bench_schema(stub_repo, monkeypatch):
     code, man, md = run_gates(stub_repo, matrix="matrices/speed.yaml")
     assert code == 0
     assert man["speed"]["status"] == "not_comparable"
-    assert "no bench_schema" in md
+    assert "unrecognized arguments: --lockstep" in md
 
 
 def test_selftest_on_stub(stub_repo, capsys):

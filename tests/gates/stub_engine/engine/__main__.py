@@ -170,6 +170,31 @@ def run(a: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_run(n: int, cost: float) -> dict:
+    """One timed run as bench schema 2 prints it: 2 prompt steps, 3 rounds per stream set."""
+    kinds = ["short", "short", "round", "round", "round"]
+    acts = {"kind": kinds, "cpu_s": [64 * 1e-4 * cost] * 2 + [n * cost * 1e-3] * 3}
+    acts.update(wall_s=acts["cpu_s"], rows=[64, 64, n, n, n], tokens=[0, n, n, n, n])
+    row = {"parallel": n, "decode_tok_s": 1000.0 / cost, "prefill_tok_s": 1e4 / cost}
+    row.update(ttft_ms=5.0 * cost, cpu_s_per_token=0.01 * cost)
+    row.update(decode_cpu_s_per_token=1e-3 * cost, prefill_cpu_s_per_token=1e-4 * cost)
+    return {**row, "actions": acts}
+
+
+def bench(a: argparse.Namespace) -> int:
+    """bench --json (schema 1 sweep) or --lockstep (schema 2); STUB_BENCH_COST scales costs."""
+    cost = float(os.environ.get("STUB_BENCH_COST", "1"))
+    if getattr(a, "lockstep", False):
+        print(json.dumps({"bench_schema": 2, "ready": True, "machine": {}}), flush=True)
+        for line in sys.stdin:
+            print(json.dumps(_bench_run(json.loads(line)["parallel"], cost)), flush=True)
+        return 0
+    sweep = [{k: v for k, v in _bench_run(n, cost).items() if k != "actions"} for n in (1, 2)]
+    out = {"sweep": sweep} if os.environ.get("STUB_OLD_BENCH") else {"bench_schema": 1}
+    print(json.dumps({**out, "sweep": sweep, "machine": {}, "process": {}}))
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m engine")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -194,26 +219,16 @@ def main() -> int:
     r.add_argument("--serial", action="store_true")
     b = sub.add_parser("bench")
     b.add_argument("--json", action="store_true")
-    b.add_argument("--model")
-    b.add_argument("--backend")
-    b.add_argument("--parallel")
-    b.add_argument("--prompt-tokens")
-    b.add_argument("--gen-tokens")
+    if not os.environ.get("STUB_OLD_BENCH"):  # bench schema 1 had no --lockstep
+        b.add_argument("--lockstep", action="store_true")
+    for flag in ("--model", "--backend", "--parallel", "--prompt-tokens", "--gen-tokens"):
+        b.add_argument(flag)
     b.add_argument("--repeats")
     a = p.parse_args()
     if a.cmd == "capabilities":
         return capabilities()
     if a.cmd == "bench":
-        row = {"decode_tok_s": 100.0, "prefill_tok_s": 900.0, "ttft_ms": 5.0}
-        row["cpu_s_per_token"] = 0.01
-        sweep = [{"parallel": n, **row} for n in (1, 2)]
-        out = (
-            {"sweep": sweep}
-            if os.environ.get("STUB_OLD_BENCH")
-            else {"bench_schema": 1, "sweep": sweep, "machine": {}, "process": {}}
-        )
-        print(json.dumps(out))
-        return 0
+        return bench(a)
     return run(a)
 
 
