@@ -273,7 +273,7 @@ def _started(job: ArmJob, live: set[subprocess.Popen], device: str | None) -> Ar
         return ArmRun(status=Status.CRASHED, reason=f"could not start the arm: {e!r}")
 
 
-def _stored(st: Store | None, key: str) -> ArmRun | None:
+def stored_run(st: Store | None, key: str) -> ArmRun | None:
     """The store's ok run of ``key``, or None (an entry that does not read as an ArmRun is
     corrupt: counted and removed, as the store does for one that is not JSON)."""
     hit = st.get(key, must_have="replies") if st else None
@@ -316,7 +316,7 @@ def run_all(
         with st.claim(job.key, wait) if st else contextlib.nullcontext(True) as held:
             if not held:
                 return False
-            hit = _stored(st, job.key)
+            hit = stored_run(st, job.key)
             cached = hit is not None
             if hit is not None:
                 result = hit

@@ -127,14 +127,14 @@ def main(
         return EXIT_ARM_FAILED
     ok = True
     pos = equality.compare(first, second, decode=decode)
-    good = pos["matched"] == pos["total"] and pos["total"] > 0
+    good = pos.matched == pos.total and pos.total > 0
     ok &= good
     print(
         f"  {'✅' if good else '❌'} positive control: the same arm twice: "
-        f"{pos['matched']}/{pos['total']} equal (expected all)"
+        f"{pos.matched}/{pos.total} equal (expected all)"
     )
     neg = equality.compare(first, third, decode=decode)
-    seen = {d["id"]: d for d in neg["diffs"]}
+    seen = {d["id"]: d for d in neg.diffs}
     expected = {i for i in [longer, *changed] if i}
     stray = sorted(set(seen) - expected)
     len_ok = (

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gates.results import ArmRun
+from gates.results import ArmRun, CheckOutcome
 
 AGED_AFTER = 8  # actions a waiting prompt is passed over before it is aged
 
@@ -111,11 +111,11 @@ def _trace(result: ArmRun) -> list[dict[str, Any]] | None:
 
 def check(
     result: ArmRun, budgets: dict[str, float], background: frozenset[str] = frozenset()
-) -> dict[str, Any]:
-    """{"ok": bool | None, "values", "problems"}; ok None: the engine wrote no trace."""
+) -> CheckOutcome:
+    """ok None: the engine wrote no trace."""
     trace = _trace(result)
     if trace is None:
-        return {"ok": None, "values": {}, "problems": ["the engine writes no schedule trace"]}
+        return CheckOutcome(None, {}, ["the engine writes no schedule trace"])
     got = metrics(trace, background)
     values = {k: got[k] for k in budgets}
     problems = [
@@ -123,7 +123,7 @@ def check(
         for k, limit in budgets.items()
         if got[k] > limit
     ]
-    return {"ok": not problems, "values": values, "problems": problems}
+    return CheckOutcome(not problems, values, problems)
 
 
 def first_change(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> str | None:
@@ -149,13 +149,13 @@ def compare(
     names: tuple[str, ...],
     worse_by: float,
     background: frozenset[str] = frozenset(),
-) -> dict[str, Any]:
+) -> CheckOutcome:
     """Head (b) against base (a): fails when head is worse on a metric by more than
     ``worse_by``; a changed trace is a notice, not a failure."""
     ta, tb = _trace(a), _trace(b)
     if ta is None or tb is None:
         side = "base" if ta is None else "head"
-        return {"ok": None, "values": {}, "problems": [f"the {side} engine writes no trace"]}
+        return CheckOutcome(None, {}, [f"the {side} engine writes no trace"])
     ma, mb = metrics(ta, background), metrics(tb, background)
     values = {k: f"{ma[k]:g} → {mb[k]:g}" for k in names}
     problems = [
@@ -163,9 +163,4 @@ def compare(
         for k in names
         if mb[k] > ma[k] + worse_by
     ]
-    return {
-        "ok": not problems,
-        "values": values,
-        "problems": problems,
-        "notice": first_change(ta, tb),
-    }
+    return CheckOutcome(not problems, values, problems, first_change(ta, tb))

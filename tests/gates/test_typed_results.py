@@ -33,6 +33,9 @@ TYPED = (
     "gates.checks.resources",
     "gates.checks.schedule",
     "gates.checks.acceptance",
+    "gates.run",
+    "gates.shard",
+    "gates.merge",
 )
 
 # (module, function, parameter or "return"): what the dict is, since it is not a result
@@ -52,8 +55,6 @@ ALLOWED = {
     ("gates.results", "__init__", "replies"): "reply summaries: id, token count, hash",
     ("gates.power.run", "failed_gates", "manifest"): "manifest, read through gates_of",
     ("gates.validate", "*", "caps"): "the engines' capabilities --json, not results",
-    ("gates.evaluate", "*", "rows"): "arm rows of the manifest (arms are not typed yet)",
-    ("gates.evaluate", "*", "results"): "arm results from the store (arms are not typed yet)",
     ("gates.evaluate", "*", "requests"): "prompt requests, not results",
     ("gates.evaluate", "*", "sets"): "prompt sets, not results",
     ("gates.evaluate", "_blocked_fields", "return"): "keyword arguments of Comparison",
@@ -78,18 +79,22 @@ ALLOWED = {
     ("gates.served", "send", "return"): "one reply summary (ArmRun.replies' item)",
     ("gates.served", "_served", "return"): "an ArmRun's JSON, read at once by run_served",
     ("gates.selftest", "_plant", "reqs"): "prompt requests, not results",
-    # the checks take ArmRun; what they return is a check outcome (ok, values, problems),
-    # read into a Comparison by evaluate at once: not typed yet
     **{
-        (f"gates.checks.{m}", f, "return"): "a check's outcome (not typed yet)"
-        for m, f in (
-            ("equality", "compare"),
-            ("resources", "check"),
-            ("schedule", "check"),
-            ("schedule", "compare"),
-            ("acceptance", "compare"),
+        (m, f, p): "the run's facts (sides, machine, environments, the lean and speed JSON) "
+        "as the manifest records them, beside the typed arms and gates"
+        for m, f, p in (
+            ("gates.run", "*", "run_info"),
+            ("gates.run", "extras", "return"),
+            ("gates.shard", "*", "run_info"),
+            ("gates.merge", "run_info", "return"),
         )
     },
+    ("gates.run", "_side_json", "return"): "a side (ref, sha, tree) as the manifest writes it",
+    ("gates.run", "_speed", "return"): "speed result (speed is not typed yet)",
+    ("gates.merge", "load", "return"): "a shard manifest: JSON read from disk",
+    ("gates.merge", "check_inputs", "first"): "a shard manifest: JSON read from disk",
+    ("gates.arms", "*", "key_cfg"): "an arm's configuration (axis -> value), as keyed",
+    ("gates.arms", "_requests", "caps"): "the engine's capabilities --json, not results",
     ("gates.checks.equality", "_diff", "return"): "one differing request, as Comparison.diffs",
     ("gates.checks.equality", "_bits_diff", "return"): "one differing request (Comparison.diffs)",
     **{("gates.checks.equality", "*", p): "one reply summary" for p in ("reply", "ra", "rb")},
@@ -181,7 +186,7 @@ def test_the_checks_take_an_arm_run():
 def test_a_stored_run_reads_back_and_a_bad_entry_is_a_clean_miss(tmp_path):
     """An entry as the store held it before ArmRun (same keys, ``device``/``trace`` null)
     reads back equal; one that is JSON but no arm run is removed and counted, not raised."""
-    from gates.execute import _stored
+    from gates.execute import stored_run
     from gates.results import ArmRun
     from gates.store import Store
 
@@ -192,12 +197,12 @@ def test_a_stored_run_reads_back_and_a_bad_entry_is_a_clean_miss(tmp_path):
         **{"replies": [{"id": "r", "ids": [1, 2]}], "harness": "7", "finished_at": "t"},
     }
     st.put("ab" * 32, old)
-    run = _stored(st, "ab" * 32)
+    run = stored_run(st, "ab" * 32)
     assert run == ArmRun.from_json(old) and run is not None and run.ok
     assert run.replies == old["replies"] and run.metrics == {"a": 1} and run.trace is None
     assert ArmRun.from_json(run.to_json()) == run
     st.put("cd" * 32, {"status": "finished", "replies": []})  # not an arm's status
     st.put("ef" * 32, {"status": "ok", "replies": "none"})  # replies not a list
-    assert _stored(st, "cd" * 32) is None and _stored(st, "ef" * 32) is None
+    assert stored_run(st, "cd" * 32) is None and stored_run(st, "ef" * 32) is None
     assert st.corrupt == ["cd" * 32, "ef" * 32]
     assert st.get("cd" * 32) is None and st.corrupt == ["cd" * 32, "ef" * 32]  # removed
