@@ -53,6 +53,7 @@ ALLOWED = {
     ("gates.results", "__init__", "config"): "an arm's configuration (axis -> value)",
     ("gates.results", "__init__", "metrics"): "the engine's metrics, as it wrote them",
     ("gates.results", "__init__", "replies"): "reply summaries: id, token count, hash",
+    ("gates.results", "__init__", "trace"): "the engine's schedule trace, as it wrote it",
     ("gates.power.run", "failed_gates", "manifest"): "manifest, read through gates_of",
     ("gates.validate", "*", "caps"): "the engines' capabilities --json, not results",
     ("gates.evaluate", "*", "requests"): "prompt requests, not results",
@@ -92,9 +93,15 @@ ALLOWED = {
     ("gates.run", "_side_json", "return"): "a side (ref, sha, tree) as the manifest writes it",
     ("gates.run", "_speed", "return"): "speed result (speed is not typed yet)",
     ("gates.merge", "load", "return"): "a shard manifest: JSON read from disk",
+    ("gates.merge", "*", "docs"): "shard manifests: JSON read from disk",
     ("gates.merge", "check_inputs", "first"): "a shard manifest: JSON read from disk",
     ("gates.arms", "*", "key_cfg"): "an arm's configuration (axis -> value), as keyed",
     ("gates.arms", "_requests", "caps"): "the engine's capabilities --json, not results",
+    ("gates.arms", "_requests", "return"): "request lines (prompt requests), not results",
+    ("gates.arms", "__init__", "sets"): "prompt sets, not results",
+    ("gates.selftest", "_plant", "return"): "planted prompt requests, not results",
+    ("gates.checks.equality", "compare", "requests"): "prompt requests by id, not results",
+    ("gates.checks.schedule", "_trace", "return"): "trace rows",
     ("gates.checks.equality", "_diff", "return"): "one differing request, as Comparison.diffs",
     ("gates.checks.equality", "_bits_diff", "return"): "one differing request (Comparison.diffs)",
     **{("gates.checks.equality", "*", p): "one reply summary" for p in ("reply", "ra", "rb")},
@@ -105,7 +112,12 @@ ALLOWED = {
 }
 
 DICT = dict[str, Any]
-BAD = (DICT, list[DICT], DICT | None)
+
+
+def holds_dict(hint: Any) -> bool:
+    """A bare ``dict[str, Any]``, alone or inside another type (a list of them, one per
+    arm, one or None, ...)."""
+    return hint == DICT or any(holds_dict(a) for a in typing.get_args(hint))
 
 
 def _functions(modname: str) -> list[tuple[str, Any]]:
@@ -133,7 +145,7 @@ def untyped(modnames: tuple[str, ...] = TYPED) -> list[str]:
         for fname, fn in _functions(modname):
             hints = typing.get_type_hints(fn)
             for param, hint in hints.items():
-                if hint in BAD and not _allowed(modname, fname, param):
+                if holds_dict(hint) and not _allowed(modname, fname, param):
                     bad.append(f"{modname}.{fname}: {param} is {hint}")
     return bad
 
