@@ -59,14 +59,7 @@ def metrics(
             cls[rid], passed[rid] = kind, 0
             if kind == "short":
                 arrived_at[rid] = 0
-        waiting = set(row.get("waiting") or [])
-        for rid in row.get("stepped") or {}:
-            if rid in background and passed.get(rid, 0) < AGED_AFTER:
-                ahead = [w for w in waiting if w not in background and cls.get(w) == cls.get(rid)]
-                inversions += bool(ahead)
-            passed[rid] = 0
-        for rid in waiting:
-            passed[rid] = passed.get(rid, 0) + 1
+        inversions += _inversions(row, background, cls, passed)
         decoding, decoded = row.get("decoding") or [], set(row.get("decoded") or [])
         for rid in decoding:
             gap[rid] = 0 if rid in decoded else gap.get(rid, 0) + 1
@@ -102,6 +95,23 @@ def metrics(
         "debt_without_decoders": round(debt, 3),
         "priority_inversions": inversions,
     }
+
+
+def _inversions(
+    row: dict[str, Any], background: frozenset[str], cls: dict[str, str], passed: dict[str, int]
+) -> int:
+    """Background prompts this action stepped while a foreground prompt of their class
+    waited, before they were aged; ``passed`` (prompt -> actions waited) moves on."""
+    waiting = set(row.get("waiting") or [])
+    n = 0
+    for rid in row.get("stepped") or {}:
+        if rid in background and passed.get(rid, 0) < AGED_AFTER:
+            ahead = [w for w in waiting if w not in background and cls.get(w) == cls.get(rid)]
+            n += bool(ahead)
+        passed[rid] = 0
+    for rid in waiting:
+        passed[rid] = passed.get(rid, 0) + 1
+    return n
 
 
 def _trace(result: ArmRun) -> list[dict[str, Any]] | None:

@@ -100,6 +100,7 @@ ALLOWED = {
     ("gates.arms", "_requests", "return"): "request lines (prompt requests), not results",
     ("gates.arms", "__init__", "sets"): "prompt sets, not results",
     ("gates.selftest", "_plant", "return"): "planted prompt requests, not results",
+    ("gates.selftest", "_runner", "config"): "an arm's configuration (axis -> value)",
     ("gates.checks.equality", "compare", "requests"): "prompt requests by id, not results",
     ("gates.checks.schedule", "_trace", "return"): "trace rows",
     ("gates.checks.equality", "_diff", "return"): "one differing request, as Comparison.diffs",
