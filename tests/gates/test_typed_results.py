@@ -8,6 +8,7 @@ records for a template, not results. A module moved over to the typed results jo
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import typing
@@ -219,3 +220,48 @@ def test_a_stored_run_reads_back_and_a_bad_entry_is_a_clean_miss(tmp_path):
     assert stored_run(st, "cd" * 32) is None and stored_run(st, "ef" * 32) is None
     assert st.corrupt == ["cd" * 32, "ef" * 32]
     assert st.get("cd" * 32) is None and st.corrupt == ["cd" * 32, "ef" * 32]  # removed
+
+
+PROSE = ("reason", "arm_reason", "notice", "stderr_tail")  # text for people, not for code
+
+
+def prose_reads(src: str) -> list[str]:
+    """Where code matches text in a prose field: ``"x" in e.reason``, ``e.reason ==
+    "..."``, ``e.reason.startswith(...)`` and the like."""
+
+    def prose(node: ast.AST) -> bool:
+        if isinstance(node, ast.Attribute):
+            return node.attr in PROSE
+        if isinstance(node, ast.Subscript | ast.Call):  # d["reason"], d.get("reason")
+            return any(isinstance(c, ast.Constant) and c.value in PROSE for c in ast.walk(node))
+        return False
+
+    out = []
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.Compare) and any(
+            isinstance(op, ast.In | ast.NotIn | ast.Eq | ast.NotEq) for op in node.ops
+        ):
+            sides = [node.left, *node.comparators]
+            if any(prose(s) for s in sides) and any(isinstance(s, ast.Constant) for s in sides):
+                out.append(ast.unparse(node))
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("startswith", "endswith", "find", "index", "count")
+            and prose(node.func.value)
+        ):
+            out.append(ast.unparse(node))
+    return out
+
+
+def test_the_renderer_reads_fields_never_prose():
+    from pathlib import Path
+
+    import gates.receipt
+
+    folder = Path(gates.receipt.__file__).parent
+    found = {p.name: prose_reads(p.read_text()) for p in sorted(folder.glob("*.py"))}
+    assert {k: v for k, v in found.items() if v} == {}
+    planted = 'if "(the other commit ran it)" in e.reason:\n    pass\n'
+    assert prose_reads(planted) == ["'(the other commit ran it)' in e.reason"]
+    assert prose_reads('ok = d.get("reason", "").startswith("the engine reports no")\n')
