@@ -119,7 +119,16 @@ def parser() -> argparse.ArgumentParser:
         "--repo", default=".", help="the repository (default: the one around the current folder)"
     )
     sub = p.add_subparsers(dest="cmd", required=True)
+    _run_parser(sub, common)
+    _other_parsers(sub, common)
+    _selftest_parser(sub, common)
+    return p
 
+
+Subparsers = argparse._SubParsersAction
+
+
+def _run_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     r = sub.add_parser("run", parents=[common], help="run a matrix between --base and --head")
     r.add_argument("--base", default="main", help="git ref (default: main)")
     r.add_argument(
@@ -154,6 +163,8 @@ def parser() -> argparse.ArgumentParser:
     )
     r.set_defaults(fn=_run)
 
+
+def _other_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     mg = sub.add_parser(
         "merge", parents=[common], help="join the shard manifests of one run into one receipt"
     )
@@ -179,6 +190,8 @@ def parser() -> argparse.ArgumentParser:
     ln.add_argument("--head", default="HEAD")
     ln.set_defaults(fn=_lean)
 
+
+def _selftest_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     t = sub.add_parser(
         "selftest",
         parents=[common],
@@ -201,7 +214,6 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--jobs", type=int, default=None, help="--power: arms at once per gate run")
     t.add_argument("--out", default=None, help="--power: also write the Markdown table here")
     t.set_defaults(fn=_selftest)
-    return p
 
 
 def _glue_refs(argv: list[str]) -> list[str]:

@@ -19,9 +19,9 @@ from typing import Any
 from gates import HARNESS_VERSION, prompts, refs, served, store
 from gates import envs as envs_mod
 from gates.contract import TRUTH_DRAFTERS, missing, request_keys, writes_trace
-from gates.execute import ArmJob, Progress, base_env, run_all
+from gates.execute import ArmJob, Progress, base_env, run_all, stored_run
 from gates.plan import Arm, canonical
-from gates.results import ArmRun
+from gates.results import ArmResult, ArmRun, Status
 
 
 def scratch(cache: Path, key: str) -> Path:
@@ -38,6 +38,34 @@ def truth_of(arm: Arm) -> Arm | None:
     return Arm(arm.side, canonical({**cfg, "drafter": "none"}))
 
 
+def row_of(arm: Arm) -> ArmResult:
+    """An arm's manifest row before it is prepared or run."""
+    return ArmResult(id=arm.id, side=arm.side, label=arm.name, config=arm.config)
+
+
+def finished(row: ArmResult, run: ArmRun) -> ArmResult:
+    """The row with its run's outcome; the replies as summaries (the store keeps them)."""
+    replies = [
+        {
+            "id": x["id"],
+            "n": len(x.get("ids") or []),
+            "token_sha": x.get("token_sha"),
+            "finish_reason": x.get("finish_reason"),
+        }
+        for x in run.replies or []
+    ]
+    return dataclasses.replace(
+        row,
+        status=run.status,
+        reason=run.reason,
+        wall_s=run.wall_s,
+        metrics=run.metrics,
+        argv=run.argv,
+        stderr_tail="" if run.ok else run.stderr_tail,
+        replies=replies,
+    )
+
+
 @dataclass
 class ArmRunner:
     sides: dict[str, refs.Side]
@@ -52,45 +80,25 @@ class ArmRunner:
     devices: list[str] | None
     quiet: bool = False
     envs: dict[str, envs_mod.Env] = field(default_factory=dict)  # per side (gates/envs.py)
-    results: dict[Arm, dict[str, Any]] = field(default_factory=dict)
-    rows: dict[Arm, dict[str, Any]] = field(default_factory=dict)
+    results: dict[Arm, ArmRun] = field(default_factory=dict)
+    rows: dict[Arm, ArmResult] = field(default_factory=dict)
     ran: int = 0
 
     def run(self, arms: list[Arm]) -> None:
         for arm in arms:
-            self.rows[arm] = {
-                "id": arm.id,
-                "side": arm.side,
-                "label": arm.name,
-                "config": arm.config,
-                "cached": False,
-            }
+            self.rows[arm] = row_of(arm)
         first = [a for a in arms if truth_of(a) is None]
         self._phase(first, "")
         second = [a for a in arms if truth_of(a) is not None]
         if second:
             self._phase(second, " (drafters fed their plain twin's replies)")
-        for arm, row in self.rows.items():
+        for arm, row in list(self.rows.items()):
             r = self.results.get(arm)
-            if r is None:
-                continue
-            row.update(
-                status=r.get("status", "crashed"),
-                reason=r.get("reason", ""),
-                wall_s=r.get("wall_s"),
-                metrics=r.get("metrics"),
-                argv=r.get("argv"),
-                stderr_tail=r.get("stderr_tail", "") if r.get("status") != "ok" else "",
-                replies=[
-                    {
-                        "id": x["id"],
-                        "n": len(x.get("ids") or []),
-                        "token_sha": x.get("token_sha"),
-                        "finish_reason": x.get("finish_reason"),
-                    }
-                    for x in r.get("replies", [])
-                ],
-            )
+            if r is not None:
+                self.rows[arm] = finished(row, r)
+
+    def _mark(self, arm: Arm, **changes: Any) -> None:
+        self.rows[arm] = dataclasses.replace(self.rows[arm], **changes)
 
     def _python(self, side: str) -> str:
         e = self.envs.get(side)
@@ -104,111 +112,122 @@ class ArmRunner:
         return f"the {arm.side} engine has {lack}" if lack else None
 
     def _prepare(self, arm: Arm, pending: dict[str, list[Arm]], jobs: list[ArmJob]) -> None:
-        row, cfg, side = self.rows[arm], arm.config, self.sides[arm.side]
+        """Settle an arm (not comparable, its twin did not run, cached) or queue its job."""
         reason = self._blocked(arm)
         if reason:
-            row.update(status="not_comparable", reason=reason)
+            self._mark(arm, status=Status.NOT_COMPARABLE, reason=reason)
             return
-        assert side.worktree is not None
-        extra: list[str] = []
-        if cfg.get("drafter_model") and cfg["drafter"] not in TRUTH_DRAFTERS:
-            extra = ["--drafter-model", str(self.models[cfg["drafter_model"]])]
+        cfg, worktree = arm.config, self.sides[arm.side].worktree
+        assert worktree is not None
         key_cfg = dict(cfg)
-        twin = truth_of(arm)
-        if twin is not None:
-            tr = self.results.get(twin)
-            if tr is None or tr.get("status") != "ok":
-                why = self.rows[twin].get("reason") or (tr or {}).get("reason") or "no result"
-                if self.rows[twin].get("status") == "not_comparable":
-                    row.update(status="not_comparable", reason=f"its plain twin: {why}")
-                    return
-                status = "refused" if (tr or {}).get("status") == "refused" else "crashed"
-                self.results[arm] = {
-                    "status": status,
-                    "wall_s": 0.0,
-                    "stderr_tail": "",
-                    "reason": f"its plain twin did not run ({why})",
-                }
-                return
-            truth = self.cache / "truth" / f"{self.rows[twin]['key']}.jsonl"
-            truth.parent.mkdir(parents=True, exist_ok=True)
-            store.write_atomic(
-                truth,
-                "".join(
-                    json.dumps({"id": r["id"], "ids": r.get("ids") or []}) + "\n"
-                    for r in tr["replies"]
-                ),
-            )
-            extra = ["--drafter-model", str(truth)]
-            key_cfg["drafter_truth"] = self.rows[twin]["key"]
+        extra = self._drafter_args(arm, key_cfg)
+        if extra is None:
+            return
         caps = self.caps[arm.side][0] or {}
+        lines, dropped = self._requests(arm, caps)
+        if dropped:
+            self._mark(arm, dropped=dropped)
+        data = prompts.encode(lines)
+        if cfg.get("served"):
+            key_cfg["served_client"] = served.CLIENT_VERSION
+        env = base_env(worktree, cfg["backend"], cfg["flags"], self.cache)
+        key = self._key(arm, key_cfg, data, env)
+        self._mark(arm, key=key)
+        hit = stored_run(self.st, key)
+        if hit is not None:
+            self.results[arm] = hit
+            self._mark(arm, cached=True)
+            return
+        if key not in pending:  # base and head with one engine tree share the run
+            job = ArmJob(
+                key=key,
+                label=arm.id,
+                worktree=worktree,
+                config=cfg,
+                model=self.models[cfg["model"]],
+                requests=data,
+                timeout=self.timeout,
+                workdir=scratch(self.cache, key),
+                env=env,
+                extra_args=extra,
+                trace=writes_trace(caps),
+                runner=served.run_served if cfg.get("served") else None,
+                python=self._python(arm.side),
+            )
+            jobs.append(job)
+        pending.setdefault(key, []).append(arm)
+
+    def _drafter_args(self, arm: Arm, key_cfg: dict[str, Any]) -> list[str] | None:
+        """``--drafter-model``: the matrix's drafter model, or (oracle, noisy) the plain
+        twin's replies, whose key joins ``key_cfg``. None: the twin did not run, so the
+        arm is settled without running."""
+        cfg, twin = arm.config, truth_of(arm)
+        if twin is None:
+            if cfg.get("drafter_model") and cfg["drafter"] not in TRUTH_DRAFTERS:
+                return ["--drafter-model", str(self.models[cfg["drafter_model"]])]
+            return []
+        tr, twin_key = self.results.get(twin), self.rows[twin].key
+        if tr is None or not tr.ok or twin_key is None:
+            self._twin_failed(arm, twin, tr)
+            return None
+        truth = self.cache / "truth" / f"{twin_key}.jsonl"
+        truth.parent.mkdir(parents=True, exist_ok=True)
+        lines = [json.dumps({"id": r["id"], "ids": r.get("ids") or []}) for r in tr.replies or []]
+        store.write_atomic(truth, "".join(line + "\n" for line in lines))
+        key_cfg["drafter_truth"] = twin_key
+        return ["--drafter-model", str(truth)]
+
+    def _twin_failed(self, arm: Arm, twin: Arm, tr: ArmRun | None) -> None:
+        row = self.rows[twin]
+        why = row.reason or (tr.reason if tr else "") or "no result"
+        if row.status == Status.NOT_COMPARABLE:
+            self._mark(arm, status=Status.NOT_COMPARABLE, reason=f"its plain twin: {why}")
+            return
+        status = (
+            Status.REFUSED if tr is not None and tr.status is Status.REFUSED else Status.CRASHED
+        )
+        self.results[arm] = ArmRun(status, reason=f"its plain twin did not run ({why})")
+
+    def _requests(
+        self, arm: Arm, caps: dict[str, Any]
+    ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """The arm's request lines, and those dropped (id -> why): a request key its engine
+        lacks (an older engine would ignore it and answer another request), or one its
+        server cannot serve."""
+        cfg, known = arm.config, request_keys(caps)
         lines, dropped = [], {}
-        known = request_keys(caps)
         for r in prompts.requests_for(self.sets[cfg["prompts"]], cfg["max_tokens"], cfg["resumed"]):
             unknown = sorted(set(r) - known)
             why = served.unservable(r, caps.get("serve") or {}) if cfg.get("served") else None
-            if unknown:  # an older engine would ignore the key and answer another request
+            if unknown:
                 dropped[r["id"]] = f"the {arm.side} engine has no request key {unknown[0]}"
             elif why:
                 dropped[r["id"]] = f"served: {why}"
             else:
                 lines.append(r)
-        if dropped:
-            row["dropped"] = dropped
-        data = prompts.encode(lines)
-        if cfg.get("served"):
-            key_cfg["served_client"] = served.CLIENT_VERSION
-        env = base_env(side.worktree, cfg["backend"], cfg["flags"], self.cache)
+        return lines, dropped
+
+    def _key(self, arm: Arm, key_cfg: dict[str, Any], data: bytes, env: dict[str, str]) -> str:
+        """The arm's result-store key: engine tree, config, requests, fixtures, machine and
+        the environment that can change its bits."""
+        cfg = arm.config
         key_env = {
             k: env[k] for k in sorted(env) if k.startswith("ENGINE_") or k == "OMP_NUM_THREADS"
         }
         key_env.update(envs_mod.key_vars(self.envs.get(arm.side)))
-        fx = {
-            k: v
-            for k, v in self.fixtures.items()
-            if k
-            in (
-                f"model:{cfg['model']}",
-                f"prompts:{cfg['prompts']}",
-                f"model:{cfg.get('drafter_model')}",
-            )
-        }
-        key = store.arm_key(
-            side.engine_tree or "", key_cfg, prompts.digest(data), fx, store.fingerprint(), key_env
-        )
-        row["key"] = key
-        hit = self.st.get(key, must_have="replies")
-        if hit is not None and hit.get("status") == "ok":
-            self.results[arm] = hit
-            row["cached"] = True
-            return
-        if key not in pending:  # base and head with one engine tree share the run
-            jobs.append(
-                ArmJob(
-                    key=key,
-                    label=arm.id,
-                    worktree=side.worktree,
-                    config=cfg,
-                    model=self.models[cfg["model"]],
-                    requests=data,
-                    timeout=self.timeout,
-                    workdir=scratch(self.cache, key),
-                    env=env,
-                    extra_args=extra,
-                    trace=writes_trace(caps),
-                    runner=served.run_served if cfg.get("served") else None,
-                    python=self._python(arm.side),
-                )
-            )
-        pending.setdefault(key, []).append(arm)
+        used = (f"model:{cfg['model']}", f"prompts:{cfg['prompts']}")
+        used += (f"model:{cfg.get('drafter_model')}",)
+        fx = {k: v for k, v in self.fixtures.items() if k in used}
+        tree = self.sides[arm.side].engine_tree or ""
+        return store.arm_key(tree, key_cfg, prompts.digest(data), fx, store.fingerprint(), key_env)
 
     def _phase(self, arms: list[Arm], what: str) -> None:
         pending: dict[str, list[Arm]] = {}
         jobs: list[ArmJob] = []
         for arm in arms:
             self._prepare(arm, pending, jobs)
-        cached = sum(1 for a in arms if self.rows[a]["cached"])
-        nc = sum(1 for a in arms if self.rows[a].get("status") == "not_comparable")
+        cached = sum(1 for a in arms if self.rows[a].cached)
+        nc = sum(1 for a in arms if self.rows[a].status == Status.NOT_COMPARABLE)
         if not self.quiet:
             where = f"{len(self.devices)} GPU(s)" if self.devices else f"{self.workers} worker(s)"
             print(
@@ -222,15 +241,14 @@ class ArmRunner:
         def done(job: ArmJob, run: ArmRun, cached: bool) -> None:
             if cached:  # another gate run on this cache ran it while we waited
                 for a in pending[job.key]:
-                    self.rows[a]["cached"] = True
+                    self._mark(a, cached=True)
             else:
                 now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
                 run = dataclasses.replace(run, harness=HARNESS_VERSION, finished_at=now)
                 self.ran += 1
                 if run.ok:
                     self.st.put(job.key, run.to_json())  # at once: an interrupted run keeps it
-            result = run.to_json()  # the rows and the checks still read the JSON form
             for a in pending[job.key]:
-                self.results[a] = result
+                self.results[a] = run
 
         run_all(jobs, self.workers, done, progress, self.devices, self.st)

@@ -15,7 +15,17 @@ from gates import plan
 from gates.checks import acceptance, equality, resources, schedule
 from gates.matrix import Gate, Matrix
 from gates.plan import Arm, PairCheck, Plan, ResourceCheck, ScheduleCheck
-from gates.results import ORDER, ArmRun, Cell, Comparison, GateResult, Status, worst
+from gates.results import (
+    ORDER,
+    ArmResult,
+    ArmRun,
+    Cell,
+    CheckOutcome,
+    Comparison,
+    GateResult,
+    Status,
+    worst,
+)
 
 MAX_DIFFS = 5  # per comparison, kept in the manifest
 
@@ -62,9 +72,11 @@ class Blocked:
     ran_on_other_commit: bool = False
 
 
-def _blocked(
-    arms: tuple[Arm, ...], rows: dict[Arm, dict[str, Any]], results: dict[Arm, dict[str, Any]]
-) -> Blocked | None:
+Rows = dict[Arm, ArmResult]  # each arm's manifest row
+Runs = dict[Arm, ArmRun]  # each arm's run, for the arms that have one
+
+
+def _blocked(arms: tuple[Arm, ...], rows: Rows, results: Runs) -> Blocked | None:
     """Why an arm is not comparable or did not finish, or None.
 
     An arm the engine refused (exit 2: it will not run that configuration) is not
@@ -72,34 +84,26 @@ def _blocked(
     something the other side has, and the comparison could not run."""
     for arm in arms:
         row = rows[arm]
-        if row.get("status") == Status.NOT_COMPARABLE:
-            why = row.get("reason", "")
-            return Blocked(Status.NOT_COMPARABLE, why, "", arm.id, why)
-    status = {arm: (results.get(arm) or {}).get("status") for arm in arms}
+        if row.status == Status.NOT_COMPARABLE:
+            return Blocked(Status.NOT_COMPARABLE, row.reason, "", arm.id, row.reason)
+    status = {arm: results[arm].status if arm in results else None for arm in arms}
     for arm in arms:
         r = results.get(arm)
         if r is None:
             why = "no result (interrupted?)"
             return Blocked(Status.COULD_NOT_RUN, f"{arm.id}: {why}", "", arm.id, why)
-        if r.get("status") == Status.REFUSED:
+        if r.status == Status.REFUSED:
             others = [a for a in arms if a is not arm]
             lost = any(status[a] == Status.OK and a.side != arm.side for a in others)
-            own = r.get("reason", "refused")
-            why = f"{arm.id} — {own}" + (" (the other commit ran it)" if lost else "")
+            why = f"{arm.id} — {r.reason}" + (" (the other commit ran it)" if lost else "")
             state = Status.COULD_NOT_RUN if lost else Status.NOT_COMPARABLE
-            return Blocked(state, why, r.get("stderr_tail", ""), arm.id, own, lost)
+            return Blocked(state, why, r.stderr_tail, arm.id, r.reason, lost)
     for arm in arms:
         r = results[arm]
-        if r.get("status") != Status.OK:
-            own = r.get("reason", "crashed")
-            tail = r.get("stderr_tail", "")
-            return Blocked(Status.COULD_NOT_RUN, f"{arm.id}: {own}", tail, arm.id, own)
+        if not r.ok:
+            own = r.reason
+            return Blocked(Status.COULD_NOT_RUN, f"{arm.id}: {own}", r.stderr_tail, arm.id, own)
     return None
-
-
-def _ran(results: dict[Arm, dict[str, Any]], arm: Arm) -> ArmRun:
-    """An arm's run, for a check (only after _blocked found it ok)."""
-    return ArmRun.from_json(results[arm])
 
 
 def _blocked_fields(b: Blocked) -> dict[str, Any]:
@@ -115,8 +119,8 @@ def _blocked_fields(b: Blocked) -> dict[str, Any]:
 
 def _comparison(
     c: plan.Comparison,
-    rows: dict[Arm, dict[str, Any]],
-    results: dict[Arm, dict[str, Any]],
+    rows: Rows,
+    results: Runs,
     requests: dict[str, dict[str, Any]],
     decode: equality.Decoder | None,
 ) -> Comparison:
@@ -125,18 +129,16 @@ def _comparison(
     blocked = _blocked((c.a, c.b), rows, results)
     if blocked:
         return Comparison(**names, **_blocked_fields(blocked))
-    dropped = {**rows[c.a].get("dropped", {}), **rows[c.b].get("dropped", {})}
-    got = equality.compare(
-        _ran(results, c.a), _ran(results, c.b), c.only_ids, requests, decode, dropped
-    )
+    dropped = {**rows[c.a].dropped, **rows[c.b].dropped}
+    got = equality.compare(results[c.a], results[c.b], c.only_ids, requests, decode, dropped)
     return Comparison(
         **names,
-        status=Status.PASS if got["matched"] == got["total"] else Status.FAIL,
-        matched=got["matched"],
-        total=got["total"],
-        skipped=got["skipped"],
-        n_diffs=len(got["diffs"]),
-        diffs=got["diffs"][:MAX_DIFFS],
+        status=Status.PASS if got.all_equal else Status.FAIL,
+        matched=got.matched,
+        total=got.total,
+        skipped=got.skipped,
+        n_diffs=len(got.diffs),
+        diffs=got.diffs[:MAX_DIFFS],
     )
 
 
@@ -148,8 +150,8 @@ def background(arm: Arm, sets: dict[str, list[dict[str, Any]]]) -> frozenset[str
 
 def _check(
     c: ResourceCheck | ScheduleCheck | PairCheck,
-    rows: dict[Arm, dict[str, Any]],
-    results: dict[Arm, dict[str, Any]],
+    rows: Rows,
+    results: Runs,
     gate: Gate,
     sets: dict[str, list[dict[str, Any]]],
 ) -> Comparison:
@@ -158,32 +160,39 @@ def _check(
     blocked = _blocked(arms, rows, results)
     if blocked:
         return Comparison(column=c.column, arm=arms[-1].id, **_blocked_fields(blocked))
-    if isinstance(c, ResourceCheck):
-        got = resources.check(_ran(results, c.arm), c.limits)
-    elif isinstance(c, ScheduleCheck):
-        got = schedule.check(_ran(results, c.arm), c.budgets, background(c.arm, sets))
-    elif gate.kind == "schedule_across_commits":
-        bg = background(c.b, sets)
-        got = schedule.compare(
-            _ran(results, c.a), _ran(results, c.b), gate.metrics, gate.worse_by, bg
-        )
-    else:
-        got = acceptance.compare(_ran(results, c.a), _ran(results, c.b), gate.max_drop)
-    if got["ok"] is None:
+    got = _outcome(c, results, gate, sets)
+    if got.ok is None:
         status, matched, total = Status.NOT_COMPARABLE, 0, 0
     else:
-        status = Status.PASS if got["ok"] else Status.FAIL
-        matched, total = int(bool(got["ok"])), 1
+        status = Status.PASS if got.ok else Status.FAIL
+        matched, total = int(got.ok), 1
     return Comparison(
         column=c.column,
         arm=arms[-1].id,
         status=status,
-        reason="; ".join(got["problems"]),
-        values=got["values"],
-        notice=got.get("notice") or None,
+        reason="; ".join(got.problems),
+        values=got.values,
+        notice=got.notice or None,
         matched=matched,
         total=total,
     )
+
+
+def _outcome(
+    c: ResourceCheck | ScheduleCheck | PairCheck,
+    results: Runs,
+    gate: Gate,
+    sets: dict[str, list[dict[str, Any]]],
+) -> CheckOutcome:
+    """Run the check itself (its arms ran ok)."""
+    if isinstance(c, ResourceCheck):
+        return resources.check(results[c.arm], c.limits)
+    if isinstance(c, ScheduleCheck):
+        return schedule.check(results[c.arm], c.budgets, background(c.arm, sets))
+    a, b = results[c.a], results[c.b]
+    if gate.kind == "schedule_across_commits":
+        return schedule.compare(a, b, gate.metrics, gate.worse_by, background(c.b, sets))
+    return acceptance.compare(a, b, gate.max_drop)
 
 
 def _cells(entries: list[Comparison]) -> dict[str, Cell]:
@@ -205,8 +214,8 @@ def _cells(entries: list[Comparison]) -> dict[str, Cell]:
 def evaluate(
     m: Matrix,
     plan: Plan,
-    results: dict[Arm, dict[str, Any]],
-    rows: dict[Arm, dict[str, Any]],
+    results: Runs,
+    rows: Rows,
     sets: dict[str, list[dict[str, Any]]],
     decoders: dict[str, equality.Decoder | None],
 ) -> list[GateResult]:

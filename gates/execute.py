@@ -152,42 +152,18 @@ def run_arm(
     wd = job.workdir
     shutil.rmtree(wd, ignore_errors=True)
     wd.mkdir(parents=True)
-    req, out, met, err = (
-        wd / "requests.jsonl",
-        wd / "out.jsonl",
-        wd / "metrics.json",
-        wd / "stderr.txt",
-    )
-    req.write_bytes(job.requests)
-    argv = [
-        job.python,
-        "-m",
-        "engine",
-        "run",
-        "--model",
-        str(job.model),
-        "--requests",
-        str(req),
-        "--out",
-        str(out),
-        "--metrics",
-        str(met),
-        *engine_args(job.config),
-        *job.extra_args,
-    ]
-    trace = wd / "trace.jsonl"
-    if job.trace:
-        argv += ["--virtual-clock", "--trace", str(trace)]
+    (wd / "requests.jsonl").write_bytes(job.requests)
+    argv = _argv(job, wd)
     env = dict(job.env)
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = device
     t0 = time.monotonic()
-    with open(err, "w") as ef:
+    with open(wd / "stderr.txt", "w") as ef:
         code, _, _ = _run(
             argv, job.worktree, env, job.timeout, stdout=subprocess.DEVNULL, stderr=ef, live=live
         )
     wall = time.monotonic() - t0
-    stderr = err.read_text(errors="replace")
+    stderr = (wd / "stderr.txt").read_text(errors="replace")
     shown = " ".join(a if " " not in a else repr(a) for a in ["python", *argv[1:]])
     crashed = ArmRun(
         status=Status.CRASHED,
@@ -205,10 +181,27 @@ def run_arm(
         return dataclasses.replace(crashed, status=Status.REFUSED, reason=why)
     if code != 0:
         return dataclasses.replace(crashed, reason=f"engine exited {code}")
+    return _outputs(job, crashed)
+
+
+def _argv(job: ArmJob, wd: Path) -> list[str]:
+    """``engine run`` of the arm, its files in ``wd``."""
+    argv = [job.python, "-m", "engine", "run", "--model", str(job.model)]
+    argv += ["--requests", str(wd / "requests.jsonl"), "--out", str(wd / "out.jsonl")]
+    argv += ["--metrics", str(wd / "metrics.json"), *engine_args(job.config), *job.extra_args]
+    if job.trace:
+        argv += ["--virtual-clock", "--trace", str(wd / "trace.jsonl")]
+    return argv
+
+
+def _outputs(job: ArmJob, crashed: ArmRun) -> ArmRun:
+    """An arm that exited 0: its replies, metrics and trace, or why they do not read."""
+    wd = job.workdir
     try:
-        replies = [json.loads(ln) for ln in out.read_text().splitlines() if ln.strip()]
+        out, met = (wd / "out.jsonl").read_text(), wd / "metrics.json"
+        replies = [json.loads(ln) for ln in out.splitlines() if ln.strip()]
         metrics = json.loads(met.read_text()) if met.exists() else None
-        rows = trace.read_text().splitlines() if job.trace else []
+        rows = (wd / "trace.jsonl").read_text().splitlines() if job.trace else []
         schedule = [json.loads(ln) for ln in rows if ln.strip()] if job.trace else None
     except (OSError, json.JSONDecodeError) as e:
         return dataclasses.replace(
@@ -273,7 +266,7 @@ def _started(job: ArmJob, live: set[subprocess.Popen], device: str | None) -> Ar
         return ArmRun(status=Status.CRASHED, reason=f"could not start the arm: {e!r}")
 
 
-def _stored(st: Store | None, key: str) -> ArmRun | None:
+def stored_run(st: Store | None, key: str) -> ArmRun | None:
     """The store's ok run of ``key``, or None (an entry that does not read as an ArmRun is
     corrupt: counted and removed, as the store does for one that is not JSON)."""
     hit = st.get(key, must_have="replies") if st else None
@@ -285,6 +278,16 @@ def _stored(st: Store | None, key: str) -> ArmRun | None:
         st.drop(key)
         return None
     return run if run.ok else None
+
+
+def _device_queue(devices: list[str] | None) -> queue.Queue[str] | None:
+    """The GPUs free to take an arm (one arm per GPU), or None on a CPU backend."""
+    if not devices:
+        return None
+    q: queue.Queue[str] = queue.Queue()
+    for d in devices:
+        q.put(d)
+    return q
 
 
 def run_all(
@@ -304,11 +307,8 @@ def run_all(
     if not jobs:
         return
     live: set[subprocess.Popen] = set()
-    dev_q: queue.Queue[str] | None = None
+    dev_q = _device_queue(devices)
     if devices:
-        dev_q = queue.Queue()
-        for d in devices:
-            dev_q.put(d)
         workers = len(devices)
 
     def work(job: ArmJob, wait: bool) -> bool:
@@ -316,7 +316,7 @@ def run_all(
         with st.claim(job.key, wait) if st else contextlib.nullcontext(True) as held:
             if not held:
                 return False
-            hit = _stored(st, job.key)
+            hit = stored_run(st, job.key)
             cached = hit is not None
             if hit is not None:
                 result = hit

@@ -164,57 +164,9 @@ def _speed(path: Path, raw: Any) -> dict[str, Any] | None:
 def load(path: str | Path) -> Matrix:
     """Read and validate a matrix file; raise BadInput naming the file and key."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise BadInput(f"{p}: cannot read matrix: {e.strerror or e}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise BadInput(f"{p}: not valid YAML: {e}") from None
-    if not isinstance(raw, dict):
-        raise fail(p, "(top level)", "a mapping", raw)
-    for k in raw:
-        if k not in TOP_KEYS:
-            raise fail(p, str(k), f"one of {', '.join(sorted(TOP_KEYS))}", k)
-    axes_raw = raw.get("axes") or {}
-    if not isinstance(axes_raw, dict):
-        raise fail(p, "axes", "a mapping of axis -> list of values", axes_raw)
-    axes: dict[str, list[Any]] = {}
-    keys: dict[str, str] = {}
-    for axis, vals in axes_raw.items():
-        if axis not in AXES:
-            raise fail(p, f"axes.{axis}", f"an axis ({', '.join(AXES)})", axis)
-        if axis in raw:
-            raise fail(p, f"axes.{axis}", f"{axis} either at the top level or in axes", vals)
-        if not isinstance(vals, list):
-            raise fail(p, f"axes.{axis}", "a list of values", vals)
-        axes[axis] = norm_values(p, f"axes.{axis}", axis, vals)
-        keys[axis] = f"axes.{axis}"
-    for axis in AXES:
-        if axis in axes:
-            continue
-        if axis in raw:
-            axes[axis] = [norm_value(p, axis, axis, raw[axis])]
-            keys[axis] = axis
-        elif axis in AXIS_DEFAULTS:
-            axes[axis] = [AXIS_DEFAULTS[axis]]
-        else:
-            raise fail(p, axis, f"a {axis} (at the top level or in axes)", None)
-    scalars: dict[str, Any] = {}
-    for k, (typ, default) in SCALARS.items():
-        v = raw.get(k, default)
-        if typ is float and isinstance(v, int) and not isinstance(v, bool):
-            v = float(v)
-        if typ is float and v is not None and not (isinstance(v, float) and v > 0):
-            raise fail(p, k, "a number > 0", v)
-        if v is not None and (not isinstance(v, typ) or isinstance(v, bool)):
-            raise fail(p, k, f"a {typ.__name__}", v)
-        if typ is int and v is not None and v < 1:
-            raise fail(p, k, "a positive integer", v)
-        scalars[k] = v
-    if scalars["columns"] is not None and scalars["columns"] not in AXES:
-        raise fail(p, "columns", f"an axis ({', '.join(AXES)})", scalars["columns"])
+    raw = _read(p)
+    axes, keys = _axes(p, raw)
+    scalars = _scalars(p, raw)
     gates_raw = raw.get("gates")
     if not isinstance(gates_raw, list) or not gates_raw:
         raise fail(p, "gates", "a non-empty list of gates", gates_raw)
@@ -240,6 +192,72 @@ def load(path: str | Path) -> Matrix:
         drafter_models=dict(dm),
         keys=keys,
     )
+
+
+def _read(p: Path) -> dict[Any, Any]:
+    """The file's YAML: a mapping of known top-level keys."""
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise BadInput(f"{p}: cannot read matrix: {e.strerror or e}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise BadInput(f"{p}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise fail(p, "(top level)", "a mapping", raw)
+    for k in raw:
+        if k not in TOP_KEYS:
+            raise fail(p, str(k), f"one of {', '.join(sorted(TOP_KEYS))}", k)
+    return raw
+
+
+def _axes(p: Path, raw: dict[Any, Any]) -> tuple[dict[str, list[Any]], dict[str, str]]:
+    """(axis -> values, axis -> the key it was given at): from ``axes``, the top level, or
+    the default."""
+    axes_raw = raw.get("axes") or {}
+    if not isinstance(axes_raw, dict):
+        raise fail(p, "axes", "a mapping of axis -> list of values", axes_raw)
+    axes: dict[str, list[Any]] = {}
+    keys: dict[str, str] = {}
+    for axis, vals in axes_raw.items():
+        if axis not in AXES:
+            raise fail(p, f"axes.{axis}", f"an axis ({', '.join(AXES)})", axis)
+        if axis in raw:
+            raise fail(p, f"axes.{axis}", f"{axis} either at the top level or in axes", vals)
+        if not isinstance(vals, list):
+            raise fail(p, f"axes.{axis}", "a list of values", vals)
+        axes[axis] = norm_values(p, f"axes.{axis}", axis, vals)
+        keys[axis] = f"axes.{axis}"
+    for axis in AXES:
+        if axis in axes:
+            continue
+        if axis in raw:
+            axes[axis] = [norm_value(p, axis, axis, raw[axis])]
+            keys[axis] = axis
+        elif axis in AXIS_DEFAULTS:
+            axes[axis] = [AXIS_DEFAULTS[axis]]
+        else:
+            raise fail(p, axis, f"a {axis} (at the top level or in axes)", None)
+    return axes, keys
+
+
+def _scalars(p: Path, raw: dict[Any, Any]) -> dict[str, Any]:
+    scalars: dict[str, Any] = {}
+    for k, (typ, default) in SCALARS.items():
+        v = raw.get(k, default)
+        if typ is float and isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        if typ is float and v is not None and not (isinstance(v, float) and v > 0):
+            raise fail(p, k, "a number > 0", v)
+        if v is not None and (not isinstance(v, typ) or isinstance(v, bool)):
+            raise fail(p, k, f"a {typ.__name__}", v)
+        if typ is int and v is not None and v < 1:
+            raise fail(p, k, "a positive integer", v)
+        scalars[k] = v
+    if scalars["columns"] is not None and scalars["columns"] not in AXES:
+        raise fail(p, "columns", f"an axis ({', '.join(AXES)})", scalars["columns"])
+    return scalars
 
 
 def column_axis(m: Matrix) -> str | None:

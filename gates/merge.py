@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from gates import BadInput, refs, run, shard, store
+from gates.inputs import Inputs, load_inputs
 from gates.plan import Arm
+from gates.results import ArmResult, ArmRun
 
 SAME = (  # what every shard of one run shares: (what, how to read it)
     ("base", lambda d: d["run"]["base"]["sha"]),
@@ -57,7 +59,7 @@ def check_shards(docs: list[tuple[str, dict[str, Any]]]) -> None:
         raise BadInput(f"merge: shard {', '.join(missing)} missing (got {len(docs)} of {n})")
 
 
-def check_inputs(inp: run.Inputs, first: dict[str, Any], p0: str) -> None:
+def check_inputs(inp: Inputs, first: dict[str, Any], p0: str) -> None:
     if store.hash_file(inp.mpath) != first["matrix"]["sha256"]:
         raise BadInput(f"{inp.mpath}: not the matrix file the shards ran ({p0})")
     for k, v in first["fixtures"].items():
@@ -72,10 +74,10 @@ def check_inputs(inp: run.Inputs, first: dict[str, Any], p0: str) -> None:
 
 def gather(
     docs: list[tuple[str, dict[str, Any]]], arms: list[Arm]
-) -> tuple[list[dict[str, Any]], dict[Arm, dict[str, Any]]]:
+) -> tuple[list[ArmResult], dict[Arm, ArmRun]]:
     """Rows in plan order and results by arm, from all shards; every arm exactly once."""
-    rows: list[dict[str, Any] | None] = [None] * len(arms)
-    results: dict[Arm, dict[str, Any]] = {}
+    rows: list[ArmResult | None] = [None] * len(arms)
+    results: dict[Arm, ArmRun] = {}
     for p, d in docs:
         for e in d["arms"]:
             k = e["index"]
@@ -83,9 +85,12 @@ def gather(
                 raise BadInput(f"{p}: arm {e['id']!r} is not arm {k} of the plan here")
             if rows[k] is not None:
                 raise BadInput(f"{p}: arm {e['id']!r} is in two shards")
-            rows[k] = e["row"]
-            if e["result"] is not None:
-                results[arms[k]] = e["result"]
+            try:
+                rows[k] = ArmResult.from_json(e["row"])
+                if e["result"] is not None:
+                    results[arms[k]] = ArmRun.from_json(e["result"])
+            except (ValueError, TypeError) as err:
+                raise BadInput(f"{p}: arm {e['id']!r}: {err}") from None
     gaps = [arms[k].id for k, r in enumerate(rows) if r is None]
     if gaps:
         raise BadInput(f"merge: {len(gaps)} arm(s) in no shard, e.g. {gaps[0]!r}")
@@ -128,7 +133,7 @@ def main(paths: list[str], repo_path: str, out: str | None) -> int:
     check_shards(docs)
     p0, first = docs[0]
     root = refs.repo_root(refs.open_repo(repo_path))
-    inp = run.load_inputs(root, first["matrix"]["path"])
+    inp = load_inputs(root, first["matrix"]["path"])
     check_inputs(inp, first, p0)
     rows, results = gather(docs, inp.the_plan.arms)
     info = run_info(docs, inp.the_plan.notes)

@@ -179,19 +179,7 @@ def build(m: Matrix, prompt_sets: dict[str, list[dict[str, Any]]]) -> Plan:
         elif gate.kind == "served":
             _served(m, gate, points, plan)
         elif gate.kind == "resumed":
-            for side in gate.sides:
-                seen: set[tuple[str, str]] = set()
-                for p in points:
-                    ids = prompts_mod.resumable_ids(prompt_sets[p["prompts"]])
-                    if not ids:
-                        continue
-                    a = Arm(side, canonical(_config(m, p, serial=True)))
-                    b = Arm(side, canonical(_config(m, p, serial=True, resumed=True)))
-                    if (a.config_json, b.config_json) in seen:
-                        continue
-                    seen.add((a.config_json, b.config_json))
-                    a, b = plan.add(a), plan.add(b)
-                    plan.comparisons.append(Comparison(gate.name, _column(m, p), a, b, ids))
+            _resumed(m, gate, points, plan, prompt_sets)
         else:
             resource_gates.append(gate)
             continue
@@ -209,19 +197,47 @@ def build(m: Matrix, prompt_sets: dict[str, list[dict[str, Any]]]) -> Plan:
         if cfg["drafter"] in ("oracle", "noisy") and not cfg.get("drafter_model"):
             plan.add(Arm(arm.side, canonical({**cfg, "drafter": "none"})))
     for gate in resource_gates:
-        if not plan.arms:  # a matrix of resource gates only: run the points themselves
-            for side in gate.sides:
-                for p in _points(m, gate):
-                    plan.add(Arm(side, canonical(_config(m, p))))
-        checked = 0
-        for arm in list(plan.arms):
-            cfg = arm.config
-            if arm.side in gate.sides and _matches(cfg, gate.where):
-                plan.checks.append(ResourceCheck(gate.name, _column(m, cfg), arm, gate.limits))
-                checked += 1
-        if not checked:
-            plan.notes.append(f"{gate.name}: no arm on {'/'.join(gate.sides)} matches")
+        _resource(m, gate, plan)
     return plan
+
+
+def _resumed(
+    m: Matrix,
+    gate: Gate,
+    points: list[dict[str, Any]],
+    plan: Plan,
+    prompt_sets: dict[str, list[dict[str, Any]]],
+) -> None:
+    """Per side and point with two-turn requests: the set cold (serial) against resumed."""
+    for side in gate.sides:
+        seen: set[tuple[str, str]] = set()
+        for p in points:
+            ids = prompts_mod.resumable_ids(prompt_sets[p["prompts"]])
+            if not ids:
+                continue
+            a = Arm(side, canonical(_config(m, p, serial=True)))
+            b = Arm(side, canonical(_config(m, p, serial=True, resumed=True)))
+            if (a.config_json, b.config_json) in seen:
+                continue
+            seen.add((a.config_json, b.config_json))
+            a, b = plan.add(a), plan.add(b)
+            plan.comparisons.append(Comparison(gate.name, _column(m, p), a, b, ids))
+
+
+def _resource(m: Matrix, gate: Gate, plan: Plan) -> None:
+    """A check of every planned arm the gate selects (after all other gates' arms)."""
+    if not plan.arms:  # a matrix of resource gates only: run the points themselves
+        for side in gate.sides:
+            for p in _points(m, gate):
+                plan.add(Arm(side, canonical(_config(m, p))))
+    checked = 0
+    for arm in list(plan.arms):
+        cfg = arm.config
+        if arm.side in gate.sides and _matches(cfg, gate.where):
+            plan.checks.append(ResourceCheck(gate.name, _column(m, cfg), arm, gate.limits))
+            checked += 1
+    if not checked:
+        plan.notes.append(f"{gate.name}: no arm on {'/'.join(gate.sides)} matches")
 
 
 def _behaviour(m: Matrix, gate: Gate, points: list[dict[str, Any]], plan: Plan) -> None:

@@ -29,6 +29,8 @@ class Status(enum.StrEnum):
     NOT_RUN = "not_run"
 
 
+RAN = (Status.OK, Status.CRASHED, Status.REFUSED)  # how a run ends
+RUN_FIELDS = ("wall_s", "metrics", "argv", "stderr_tail", "replies")  # an arm row's, once run
 ORDER = (Status.FAIL, Status.COULD_NOT_RUN, Status.PASS, Status.NOT_COMPARABLE)
 
 
@@ -171,13 +173,16 @@ class GateResult:
 class ArmResult:
     """One arm as the manifest records it (its row): what ran, and how it ended. ``status``
     is None for an arm that has no result (an interrupted run); ``replies`` are summaries
-    (id, token count, token hash, finish reason), the full replies stay in the store."""
+    (id, token count, token hash, finish reason), the full replies stay in the store.
+    ``dropped``: request id -> why it was left out of the arm; ``key``: its store key."""
 
     id: str
     side: str = ""
     label: str = ""
     config: dict[str, Any] = field(default_factory=dict)
     cached: bool = False
+    dropped: dict[str, str] = field(default_factory=dict)
+    key: str | None = None
     status: Status | None = None
     reason: str = ""
     wall_s: float | None = None
@@ -185,16 +190,31 @@ class ArmResult:
     argv: str | None = None
     stderr_tail: str = ""
     replies: list[dict[str, Any]] = field(default_factory=list)
-    key: str | None = None
-    dropped: dict[str, str] = field(default_factory=dict)
 
     @property
     def not_comparable(self) -> bool:
         """Not run because one engine lacks what the arm asks for, or refused it (exit 2)."""
         return self.status in (Status.NOT_COMPARABLE, Status.REFUSED)
 
+    @property
+    def ran(self) -> bool:
+        """It has a run's result (ok, crashed or refused), not only a plan's verdict."""
+        return self.status in RAN
+
     def to_json(self) -> dict[str, Any]:
-        return _json(self)
+        """The manifest's row: what the arm is; ``dropped`` and ``key`` once known; status
+        and reason once decided; the run's fields (null where the run had none) once run."""
+        out: dict[str, Any] = {k: getattr(self, k) for k in ("id", "side", "label", "config")}
+        out["cached"] = self.cached
+        if self.dropped:
+            out["dropped"] = self.dropped
+        if self.key is not None:
+            out["key"] = self.key
+        if self.status is not None:
+            out["status"], out["reason"] = str(self.status), self.reason
+        if self.ran:
+            out.update({k: getattr(self, k) for k in RUN_FIELDS})
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ArmResult:
@@ -239,7 +259,7 @@ class ArmRun:
         if not isinstance(d, dict):
             raise ValueError(f"arm run: a {type(d).__name__}, not a JSON object")
         st = _status(d)
-        if st not in (Status.OK, Status.CRASHED, Status.REFUSED):
+        if st not in RAN:
             raise ValueError(f"arm run: field 'status' is {str(st)!r}, not ok/crashed/refused")
         if st is Status.OK and not isinstance(d.get("replies"), list):
             raise ValueError("arm run: an ok run without a list of 'replies'")
@@ -250,6 +270,34 @@ class ArmRun:
         kw["stderr_tail"] = d.get("stderr_tail") or ""
         kw["wall_s"] = float(d.get("wall_s") or 0.0)
         return cls(**kw)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOutcome:
+    """What a metrics check of one arm, or of base against head, found. ``ok`` is None when
+    the engine did not report what the check reads (the entry is not comparable);
+    ``problems`` say why it failed (or what was missing), ``notice`` what changed within
+    budget."""
+
+    ok: bool | None
+    values: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    notice: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Equality:
+    """Two arms' replies compared per request: ``matched`` of ``total``, the requests left
+    out (``skipped``: id and reason) and one record per differing request (``diffs``)."""
+
+    matched: int = 0
+    total: int = 0
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    diffs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def all_equal(self) -> bool:
+        return self.matched == self.total
 
 
 def arms_of(man: dict[str, Any]) -> list[ArmResult]:

@@ -132,6 +132,17 @@ def parse_gate(path: Path, i: int, raw: Any) -> Gate:
                 raise fail(path, f"{bkey}.{k}", "a non-negative integer", v)
             limits[k] = v
         return Gate(name, kind, where, sides, limits=limits)
+    return _within_gate(path, bkey, name, where, sides, body)
+
+
+def _within_gate(
+    path: Path,
+    bkey: str,
+    name: str,
+    where: dict[str, list[Any]],
+    sides: tuple[str, ...],
+    body: dict[Any, Any],
+) -> Gate:
     vary = body.get("vary")
     if vary not in ("kv", "parallel", "paging", "drafter", "flags", "backend"):
         raise fail(
@@ -147,7 +158,7 @@ def parse_gate(path: Path, i: int, raw: Any) -> Gate:
     values = None
     if body.get("values") is not None:
         values = tuple(norm_values(path, f"{bkey}.values", vary, body["values"]))
-    return Gate(name, kind, where, sides, vary=vary, reference=reference, values=values)
+    return Gate(name, "within_commit", where, sides, vary=vary, reference=reference, values=values)
 
 
 def _overrides(path: Path, bkey: str, body: dict[str, Any]) -> dict[str, Any]:

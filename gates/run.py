@@ -21,7 +21,6 @@ from gates import (
     envs,
     matrix,
     plan,
-    prompts,
     refs,
     shard,
     store,
@@ -31,8 +30,9 @@ from gates.arms import ArmRunner
 from gates.checks import equality, lean, perf
 from gates.evaluate import evaluate
 from gates.execute import GPU_BACKENDS, capabilities
+from gates.inputs import Inputs, load_inputs, rel
 from gates.receipt import render
-from gates.results import ArmResult, Status
+from gates.results import ArmResult, ArmRun, Status
 from gates.speed.results import SpeedRun
 
 
@@ -55,24 +55,6 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _matrix_path(root: Path, name: str) -> Path:
-    """A matrix path: absolute, under the repository root, under the cwd, or a bare name."""
-    p = Path(name)
-    if p.is_absolute():
-        return p
-    for candidate in (root / p, Path.cwd() / p, root / "matrices" / f"{name}.yaml"):
-        if candidate.is_file():
-            return candidate
-    return root / p
-
-
-def _rel(root: Path, p: Path) -> str:
-    try:
-        return str(p.resolve().relative_to(root.resolve()))
-    except ValueError:
-        return str(p)
-
-
 def workers(backend_set: set[str], jobs: int | None) -> tuple[int, list[str] | None]:
     """(pool size, GPU device list or None)."""
     if backend_set & set(GPU_BACKENDS):
@@ -91,7 +73,7 @@ def command_line(opts: Options, root: Path, mpath: Path, base: refs.Side, head: 
     head_ref = refs.WORKTREE if head.ref == refs.WORKTREE else head.sha[:12]
     return (
         f"nox -s gates -- --base {base.sha[:12]} --head {head_ref} "
-        f"--matrix {shlex.quote(_rel(root, mpath))}"
+        f"--matrix {shlex.quote(rel(root, mpath))}"
     )
 
 
@@ -104,40 +86,6 @@ def receipts_writable(out_dir: Path) -> None:
     except OSError as e:
         why = e.strerror or e
         raise BadInput(f"--out {out_dir}: cannot write a receipt there ({why})") from None
-
-
-@dataclass
-class Inputs:
-    """What a run reads from the working tree: the matrix, its prompt sets and models, the plan."""
-
-    root: Path
-    mpath: Path
-    m: matrix.Matrix
-    sets: dict[str, list[dict[str, Any]]]
-    models: dict[str, Path]
-    the_plan: plan.Plan
-    fixtures: dict[str, str]
-
-    @property
-    def matrix_rel(self) -> str:
-        return _rel(self.root, self.mpath)
-
-
-def load_inputs(root: Path, matrix_name: str) -> Inputs:
-    """The plan phase: matrix, prompt sets, model folders, fixture hashes, arms and comparisons."""
-    mpath = _matrix_path(root, matrix_name)
-    m = matrix.load(mpath)
-    sets = {name: prompts.load(prompts.resolve_path(root, name)) for name in m.prompt_sets()}
-    models = {}
-    for key, names in (("model", m.axes["model"]), ("drafter_models", m.drafter_models.values())):
-        for name in names:
-            p = Path(name) if Path(name).is_absolute() else root / name
-            if not p.is_dir():
-                raise BadInput(f"{mpath}: {key}: {name!r} is not a directory under {root}")
-            models[name] = p
-    fixtures = {f"model:{n}": store.hash_dir(p) for n, p in models.items()}
-    fixtures.update({f"prompts:{n}": store.hash_file(prompts.resolve_path(root, n)) for n in sets})
-    return Inputs(root, mpath, m, sets, models, plan.build(m, sets), fixtures)
 
 
 def resolve_sides(
@@ -231,7 +179,7 @@ def extras(
     first = opts.shard is None or opts.shard[0] == 1
     speed = None
     if inp.m.speed is not None and opts.speed and first:
-        speed = _speed(inp.m, sides, inp.models, cache, opts.quiet, side_envs)
+        speed = _speed(inp.m, sides, inp.models, cache, opts.quiet, side_envs).to_json()
     mb = refs.merge_base(repo, sides["base"].sha, sides["head"].sha)
     lean_result = lean.check(repo, mb, sides["head"]) if opts.lean and first else None
     return {
@@ -250,8 +198,8 @@ def extras(
 def report(
     inp: Inputs,
     run_info: dict[str, Any],
-    rows: list[dict[str, Any]],
-    results: dict[plan.Arm, dict[str, Any]],
+    rows: list[ArmResult],
+    results: dict[plan.Arm, ArmRun],
     ran: int,
     out_dir: Path,
     wall_s: float,
@@ -261,9 +209,8 @@ def report(
     arm_rows = dict(zip(the_plan.arms, rows, strict=True))
     decoders = {n: equality.make_decoder(p) for n, p in inp.models.items()}
     gates_out = evaluate(m, the_plan, results, arm_rows, inp.sets, decoders)
-    typed_rows = [ArmResult.from_json(r) for r in rows]
-    n_cached = sum(1 for r in typed_rows if r.cached)
-    n_nc = sum(1 for r in typed_rows if r.not_comparable)
+    n_cached = sum(1 for r in rows if r.cached)
+    n_nc = sum(1 for r in rows if r.not_comparable)
     manifest = {
         "harness_version": HARNESS_VERSION,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -290,11 +237,11 @@ def report(
         },
         "gates": [g.to_json() for g in gates_out],
         "notes": the_plan.notes + run_info.get("notes", []),
-        "bad_values": validate.values_run_nowhere(m, typed_rows),
+        "bad_values": validate.values_run_nowhere(m, rows),
         "speed": run_info["speed"],
         "lean": run_info.get("lean"),
         "environments": run_info.get("environments"),
-        "arms": rows,
+        "arms": [r.to_json() for r in rows],
         "command": run_info["command"],
         "wall_s": round(wall_s, 1),
     }
@@ -325,14 +272,18 @@ def _speed(
     cache: Path,
     quiet: bool,
     side_envs: dict[str, envs.Env],
-) -> dict[str, Any]:
-    """The speed part of the run (its SpeedRun as manifest JSON)."""
+) -> SpeedRun:
+    """The speed part of the run."""
     spec = m.speed
     assert spec is not None
     missing_side = [s.name for s in sides.values() if s.worktree is None]
     if missing_side:
         why = f"{', '.join(missing_side)}: the commit has no engine/"
-        return SpeedRun(Status.NOT_COMPARABLE, why, spec=dict(spec)).to_json()
+        return SpeedRun(Status.NOT_COMPARABLE, why, spec=dict(spec))
+    same_env = side_envs["base"].python == side_envs["head"].python
+    if sides["base"].engine_tree == sides["head"].engine_tree and same_env:
+        why = "base and head have the same engine/ tree and environment: nothing to time"
+        return SpeedRun(Status.NOT_RUN, why, spec=dict(spec))
     model = models[m.axes["model"][0]]
     backend = m.axes["backend"][0]
     try:
@@ -347,7 +298,7 @@ def _speed(
         )
     except OSError as e:
         got = SpeedRun(Status.COULD_NOT_RUN, str(e), spec=dict(spec))
-    return got.to_json()
+    return got
 
 
 def open_repo_or_none(path: str) -> git.Repo | None:

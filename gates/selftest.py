@@ -16,6 +16,7 @@ import copy
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,14 +81,8 @@ def main(
     caps, why = capabilities(worktree, cache)
     config = {
         **AXIS_DEFAULTS,
-        "model": model,
-        "backend": backend,
-        "prompts": prompt_set,
-        "parallel": 4,
-        "paging": "on",
-        "pages": 256,
-        "serial": False,
-        "resumed": False,
+        **{"model": model, "backend": backend, "prompts": prompt_set, "parallel": 4},
+        **{"paging": "on", "pages": 256, "serial": False, "resumed": False},
         "max_tokens": max_tokens,
     }
     why = why or (missing(caps, config) if caps else "")
@@ -95,24 +90,8 @@ def main(
         print(f"selftest: cannot run: {why}")
         return EXIT_ARM_FAILED
     reqs = prompts.requests_for(prompts.load(prompts.resolve_path(root, prompt_set)), max_tokens)
-
-    def run(tag: str, requests: list[dict[str, Any]]) -> ArmRun:
-        job = ArmJob(
-            key=f"selftest-{tag}",
-            label=tag,
-            worktree=worktree,
-            config=config,
-            model=model_dir,
-            requests=prompts.encode(requests),
-            timeout=600,
-            workdir=cache / "runs" / f"selftest-{side.sha[:12]}-{tag}-{os.getpid()}",
-            env=base_env(worktree, backend, {}, cache),
-        )
-        r = run_arm(job)
-        if not r.ok:
-            raise RuntimeError(f"{tag} arm {r.reason}: {r.stderr_tail[-500:]}")
-        return r
-
+    scratch = cache / "runs" / f"selftest-{side.sha[:12]}"
+    run = _runner(worktree, config, model_dir, scratch, base_env(worktree, backend, {}, cache))
     decode = equality.make_decoder(model_dir)
     print(
         f"selftest: {model} on {backend}, engine of {ref} ({side.sha[:10]}), "
@@ -125,16 +104,69 @@ def main(
     except RuntimeError as e:
         print(f"selftest: an arm could not run: {e}")
         return EXIT_ARM_FAILED
-    ok = True
+    ok = _positive(first, second, decode)
+    ok &= _negative(first, third, longer, changed, decode)
+    margins = all(isinstance(r.get("margins"), list) for r in first.replies or [])
+    print(f"  {'✅' if margins else '⚠️'} replies carry margins: {'yes' if margins else 'no'}")
+    print(
+        (
+            "The harness can see a difference."
+            if ok
+            else "The harness can NOT be trusted: a control failed."
+        )
+        + f" ({time.monotonic() - t0:.1f}s)"
+    )
+    sys.stdout.flush()
+    return EXIT_OK if ok else EXIT_GATE_FAILED
+
+
+def _runner(
+    worktree: Path, config: dict[str, Any], model_dir: Path, scratch: Path, env: dict[str, str]
+) -> Callable[[str, list[dict[str, Any]]], ArmRun]:
+    """Run the selftest's arm on some requests (tag: first, second, planted)."""
+
+    def run(tag: str, requests: list[dict[str, Any]]) -> ArmRun:
+        job = ArmJob(
+            key=f"selftest-{tag}",
+            label=tag,
+            worktree=worktree,
+            config=config,
+            model=model_dir,
+            requests=prompts.encode(requests),
+            timeout=600,
+            workdir=Path(f"{scratch}-{tag}-{os.getpid()}"),
+            env=env,
+        )
+        r = run_arm(job)
+        if not r.ok:
+            raise RuntimeError(f"{tag} arm {r.reason}: {r.stderr_tail[-500:]}")
+        return r
+
+    return run
+
+
+def _positive(first: ArmRun, second: ArmRun, decode: equality.Decoder | None) -> bool:
+    """The same arm twice: every request equal."""
     pos = equality.compare(first, second, decode=decode)
-    good = pos["matched"] == pos["total"] and pos["total"] > 0
-    ok &= good
+    good = pos.all_equal and pos.total > 0
     print(
         f"  {'✅' if good else '❌'} positive control: the same arm twice: "
-        f"{pos['matched']}/{pos['total']} equal (expected all)"
+        f"{pos.matched}/{pos.total} equal (expected all)"
     )
+    return good
+
+
+def _negative(
+    first: ArmRun,
+    third: ArmRun,
+    longer: str | None,
+    changed: list[str],
+    decode: equality.Decoder | None,
+) -> bool:
+    """The planted arm: differs where planted (the longer reply at its last index, one
+    changed prompt at least), and nowhere else."""
     neg = equality.compare(first, third, decode=decode)
-    seen = {d["id"]: d for d in neg["diffs"]}
+    seen = {d["id"]: d for d in neg.diffs}
     expected = {i for i in [longer, *changed] if i}
     stray = sorted(set(seen) - expected)
     len_ok = (
@@ -145,7 +177,6 @@ def main(
     )
     prompt_ok = any(i in seen for i in changed)
     good = len_ok and prompt_ok and not stray
-    ok &= good
     print(
         f"  {'✅' if good else '❌'} negative control: planted one extra token in "
         f"`{longer}` and a changed last prompt token in {', '.join(f'`{c}`' for c in changed)}"
@@ -165,15 +196,4 @@ def main(
                 f"{d.get('b_ids')}, margin there {d.get('a_margin')}"
             )
             break
-    margins = all(isinstance(r.get("margins"), list) for r in first.replies or [])
-    print(f"  {'✅' if margins else '⚠️'} replies carry margins: {'yes' if margins else 'no'}")
-    print(
-        (
-            "The harness can see a difference."
-            if ok
-            else "The harness can NOT be trusted: a control failed."
-        )
-        + f" ({time.monotonic() - t0:.1f}s)"
-    )
-    sys.stdout.flush()
-    return EXIT_OK if ok else EXIT_GATE_FAILED
+    return good

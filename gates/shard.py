@@ -13,14 +13,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gates import HARNESS_VERSION, store
 from gates.arms import ArmRunner, truth_of
+from gates.inputs import Inputs
 from gates.plan import Arm
-
-if TYPE_CHECKING:
-    from gates.run import Inputs
 
 KIND = "gates-shard"
 
@@ -90,8 +88,8 @@ def write(
             {
                 "index": position[a],
                 "id": a.id,
-                "row": runner.rows[a],
-                "result": runner.results.get(a),
+                "row": runner.rows[a].to_json(),
+                "result": r.to_json() if (r := runner.results.get(a)) is not None else None,
             }
             for a in arms
         ],
@@ -104,8 +102,8 @@ def write(
 
 def line(path: Path, runner: ArmRunner, arms: list[Arm]) -> str:
     """The one line a shard run prints."""
-    cached = sum(1 for a in arms if runner.rows[a]["cached"])
-    bad = sum(1 for a in arms if (runner.results.get(a) or {}).get("status") not in (None, "ok"))
+    cached = sum(1 for a in arms if runner.rows[a].cached)
+    bad = sum(1 for a in arms if a in runner.results and not runner.results[a].ok)
     return (
         f"Shard: {len(arms)} arms ({cached} cached, {runner.ran} run, {bad} did not finish ok); "
         f"join the shards with `python -m gates merge`: {path}"

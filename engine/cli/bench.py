@@ -204,18 +204,7 @@ def run(args: argparse.Namespace) -> int:
     cpu_start, wall_start = time.process_time(), time.perf_counter()
     model, _ = load(args)
     if args.ops:
-        from engine.cli.bench_ops import exactness_cost
-
-        rows = exactness_cost(model)
-        if args.json:
-            print(json.dumps({"model": args.model, "backend": args.backend, "ops": rows}))
-        for r in rows:
-            print(
-                f"{r['rows']:>4} rows  tiled {r['tiled_ms']:8.3f} ms  plain "
-                f"{r['plain_ms']:8.3f} ms  x{r['ratio']:.2f}",
-                file=sys.stderr,
-            )
-        return 0
+        return _ops(model, args)
     for _ in range(args.warmup):  # page faults, allocator and caches; not timed
         _measure(model, args, max(counts), min(4, args.gen_tokens))
     if args.lockstep:
@@ -251,4 +240,20 @@ def run(args: argparse.Namespace) -> int:
                 f"prefill {r['prefill_tok_s']:9.1f} tok/s  ttft {r['ttft_ms']:7.1f} ms  "
                 f"cpu {r['cpu_s_per_token'] * 1000:6.2f} ms/token"
             )
+    return 0
+
+
+def _ops(model: Any, args: argparse.Namespace) -> int:
+    """``bench --ops``: the cost of exactness per op shape, tiled against plain."""
+    from engine.cli.bench_ops import exactness_cost
+
+    rows = exactness_cost(model)
+    if args.json:
+        print(json.dumps({"model": args.model, "backend": args.backend, "ops": rows}))
+    for r in rows:
+        print(
+            f"{r['rows']:>4} rows  tiled {r['tiled_ms']:8.3f} ms  plain "
+            f"{r['plain_ms']:8.3f} ms  x{r['ratio']:.2f}",
+            file=sys.stderr,
+        )
     return 0

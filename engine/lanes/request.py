@@ -34,29 +34,19 @@ class Request:
     ignore_eos: bool = False
 
 
-def parse_request(obj: Any, where: str, tokenizer: Any = None) -> Request:
-    """Build a Request from one decoded JSON object; `where` prefixes every error."""
-    if not isinstance(obj, dict):
-        raise InputError(f"{where}: expected a JSON object")
+def _field(obj: dict[str, Any], where: str, name: str, kind: type | tuple, default: Any) -> Any:
+    value = obj.get(name, default)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if value is not None and (
+        not isinstance(value, kind) or (isinstance(value, bool) and kind not in (bool,))
+    ):
+        raise InputError(f"{where}: field '{name}' has the wrong type ({value!r})")
+    return value
 
-    def field_of(name: str, kind: type | tuple, default: Any) -> Any:
-        value = obj.get(name, default)
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if value is not None and (
-            not isinstance(value, kind) or (isinstance(value, bool) and kind not in (bool,))
-        ):
-            raise InputError(f"{where}: field '{name}' has the wrong type ({value!r})")
-        return value
 
-    unknown = sorted(k for k in obj if k not in REQUEST_KEYS)
-    if unknown:  # a typo (temprature) must not quietly run another request
-        raise InputError(
-            f"{where}: unknown field '{unknown[0]}' (fields: {', '.join(REQUEST_KEYS)})"
-        )
-    rid = obj.get("id")
-    if not isinstance(rid, (str, int)) or isinstance(rid, bool):
-        raise InputError(f"{where}: field 'id' is required (a string)")
+def _prompt_ids(obj: dict[str, Any], where: str, tokenizer: Any) -> list[int]:
+    """The prompt as ids: given, or a prompt or messages encoded by the tokenizer."""
     given = [k for k in ("prompt", "prompt_ids", "messages") if k in obj]
     if len(given) != 1:
         raise InputError(f"{where}: give exactly one of 'prompt', 'prompt_ids', 'messages'")
@@ -70,7 +60,7 @@ def parse_request(obj: Any, where: str, tokenizer: Any = None) -> Request:
         if tokenizer is None:
             raise InputError(f"{where}: text prompts need a tokenizer")
         if "prompt" in obj:
-            text = field_of("prompt", str, "")
+            text = _field(obj, where, "prompt", str, "")
         else:
             messages = obj["messages"]
             if not isinstance(messages, list) or not all(
@@ -81,6 +71,26 @@ def parse_request(obj: Any, where: str, tokenizer: Any = None) -> Request:
         ids = tokenizer.encode(text)
     if not ids:
         raise InputError(f"{where}: the prompt is empty")
+    return ids
+
+
+def parse_request(obj: Any, where: str, tokenizer: Any = None) -> Request:
+    """Build a Request from one decoded JSON object; `where` prefixes every error."""
+    if not isinstance(obj, dict):
+        raise InputError(f"{where}: expected a JSON object")
+
+    def field_of(name: str, kind: type | tuple, default: Any) -> Any:
+        return _field(obj, where, name, kind, default)
+
+    unknown = sorted(k for k in obj if k not in REQUEST_KEYS)
+    if unknown:  # a typo (temprature) must not quietly run another request
+        raise InputError(
+            f"{where}: unknown field '{unknown[0]}' (fields: {', '.join(REQUEST_KEYS)})"
+        )
+    rid = obj.get("id")
+    if not isinstance(rid, (str, int)) or isinstance(rid, bool):
+        raise InputError(f"{where}: field 'id' is required (a string)")
+    ids = _prompt_ids(obj, where, tokenizer)
     kind = field_of("kind", str, "complete")
     if kind not in KINDS:
         raise InputError(f"{where}: field 'kind' must be one of {', '.join(KINDS)}")

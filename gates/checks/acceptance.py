@@ -5,9 +5,7 @@ proposes worse drafts after a change shows only here: acceptance drops."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from gates.results import ArmRun
+from gates.results import ArmRun, CheckOutcome
 
 
 def rate(result: ArmRun) -> tuple[int, int]:
@@ -20,18 +18,15 @@ def rate(result: ArmRun) -> tuple[int, int]:
     return acc, drafted
 
 
-def compare(a: ArmRun, b: ArmRun, max_drop: float) -> dict[str, Any]:
+def compare(a: ArmRun, b: ArmRun, max_drop: float) -> CheckOutcome:
     (aa, ad), (ba, bd) = rate(a), rate(b)
     if ad == 0:
-        return {
-            "ok": None,
-            "values": {"base": "0 drafted"},
-            "problems": ["the base arm drafted nothing: no acceptance to compare"],
-        }
+        why = "the base arm drafted nothing: no acceptance to compare"
+        return CheckOutcome(None, {"base": "0 drafted"}, [why])
     ra = aa / ad
     rb = ba / bd if bd else 0.0
     values = {"base": f"{ra:.3f} ({aa}/{ad})", "head": f"{rb:.3f} ({ba}/{bd})"}
     problems = []
     if rb < ra - max_drop:
         problems.append(f"acceptance {ra:.3f} → {rb:.3f} (max drop {max_drop:g})")
-    return {"ok": not problems, "values": values, "problems": problems}
+    return CheckOutcome(not problems, values, problems)

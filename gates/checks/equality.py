@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gates.results import ArmRun
+from gates.results import ArmRun, Equality
 
 WINDOW = 8  # tokens of each continuation shown from the first difference
 NEAR_TIE = 0.01  # a logit margin below this is called a near-tie
@@ -156,45 +156,47 @@ def compare(
     requests: dict[str, dict[str, Any]] | None = None,
     decode: Decoder | None = None,
     dropped: dict[str, str] | None = None,
-) -> dict[str, Any]:
+) -> Equality:
     """Compare two arm results (``replies`` lists). ``a`` is the reference.
 
-    Returns matched/total counts, the requests both arms failed (left out of the count) and
-    one record per differing request with its first divergence."""
+    Returns matched/total counts, the requests both arms failed or that were dropped (left
+    out of the count) and one record per differing request with its first divergence."""
     ra = {r["id"]: r for r in a.replies or []}
     rb = {r["id"]: r for r in b.replies or []}
     ids = [i for i in ra if only_ids is None or i in only_ids]
-    out: dict[str, Any] = {"matched": 0, "total": 0, "skipped": [], "diffs": []}
-    for rid, why in (dropped or {}).items():
-        if only_ids is None or rid in only_ids:
-            out["skipped"].append({"id": rid, "reason": why})
+    dropped, requests = dropped or {}, requests or {}
+    matched = total = 0
+    skipped = [
+        {"id": rid, "reason": why}
+        for rid, why in dropped.items()
+        if only_ids is None or rid in only_ids
+    ]
+    diffs: list[dict[str, Any]] = []
     for rid in ids:
-        if rid in (dropped or {}):
+        if rid in dropped:
             continue
         x, y = ra[rid], rb.get(rid)
         if y is None:
-            out["total"] += 1
-            out["diffs"].append(
-                {"id": rid, "missing": True, "index": None, "request": (requests or {}).get(rid)}
-            )
+            total += 1
+            diffs.append({"id": rid, "missing": True, "index": None, "request": requests.get(rid)})
             continue
         if x.get("finish_reason") == "error" and y.get("finish_reason") == "error":
-            out["skipped"].append(
+            skipped.append(
                 {"id": rid, "reason": f"both arms replied error: {x.get('error') or '?'}"}
             )
             continue
-        out["total"] += 1
+        total += 1
         same_ids = list(x.get("ids") or []) == list(y.get("ids") or [])
         same_state = (x.get("finish_reason") == "error") == (y.get("finish_reason") == "error")
         if not (same_ids and same_state):
-            out["diffs"].append(_diff(rid, x, y, (requests or {}).get(rid), decode))
+            diffs.append(_diff(rid, x, y, requests.get(rid), decode))
             continue
         parted = bits_difference(x, y)
         if parted is None:
-            out["matched"] += 1
+            matched += 1
         else:
-            out["diffs"].append(_bits_diff(rid, x, y, parted, (requests or {}).get(rid), decode))
-    return out
+            diffs.append(_bits_diff(rid, x, y, parted, requests.get(rid), decode))
+    return Equality(matched, total, skipped, diffs)
 
 
 def describe_margin(a: float | None, b: float | None, median: float | None = None) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gates.results import ArmRun
+from gates.results import ArmRun, CheckOutcome
 
 LABELS = {
     "pages_in_use": "pages in use at idle",
@@ -18,8 +18,8 @@ LABELS = {
 OPTIONAL = ("drafter_states", "live_streams", "waiting_streams")
 
 
-def check(result: ArmRun, limits: dict[str, int]) -> dict[str, Any]:
-    """{"ok": bool | None, "values": {...}, "problems": [...]}; ok None: metric missing."""
+def check(result: ArmRun, limits: dict[str, int]) -> CheckOutcome:
+    """ok None: the engine reports no metric the limits name (one that is not OPTIONAL)."""
     metrics = result.metrics
     values: dict[str, Any] = {}
     problems: list[str] = []
@@ -35,11 +35,9 @@ def check(result: ArmRun, limits: dict[str, int]) -> dict[str, Any]:
         elif v > limit:
             problems.append(f"{LABELS.get(name, name)}: {v} (at most {limit} allowed)")
     if problems:
-        return {"ok": False, "values": values, "problems": problems}
+        return CheckOutcome(False, values, problems)
     if missing:
-        return {
-            "ok": None,
-            "values": values,
-            "problems": [f"the engine reports no {', '.join(missing)} in --metrics"],
-        }
-    return {"ok": True, "values": values, "problems": []}
+        return CheckOutcome(
+            None, values, [f"the engine reports no {', '.join(missing)} in --metrics"]
+        )
+    return CheckOutcome(True, values)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gates.results import ArmRun
+from gates.results import ArmRun, CheckOutcome
 
 AGED_AFTER = 8  # actions a waiting prompt is passed over before it is aged
 
@@ -59,14 +59,7 @@ def metrics(
             cls[rid], passed[rid] = kind, 0
             if kind == "short":
                 arrived_at[rid] = 0
-        waiting = set(row.get("waiting") or [])
-        for rid in row.get("stepped") or {}:
-            if rid in background and passed.get(rid, 0) < AGED_AFTER:
-                ahead = [w for w in waiting if w not in background and cls.get(w) == cls.get(rid)]
-                inversions += bool(ahead)
-            passed[rid] = 0
-        for rid in waiting:
-            passed[rid] = passed.get(rid, 0) + 1
+        inversions += _inversions(row, background, cls, passed)
         decoding, decoded = row.get("decoding") or [], set(row.get("decoded") or [])
         for rid in decoding:
             gap[rid] = 0 if rid in decoded else gap.get(rid, 0) + 1
@@ -104,6 +97,23 @@ def metrics(
     }
 
 
+def _inversions(
+    row: dict[str, Any], background: frozenset[str], cls: dict[str, str], passed: dict[str, int]
+) -> int:
+    """Background prompts this action stepped while a foreground prompt of their class
+    waited, before they were aged; ``passed`` (prompt -> actions waited) moves on."""
+    waiting = set(row.get("waiting") or [])
+    n = 0
+    for rid in row.get("stepped") or {}:
+        if rid in background and passed.get(rid, 0) < AGED_AFTER:
+            ahead = [w for w in waiting if w not in background and cls.get(w) == cls.get(rid)]
+            n += bool(ahead)
+        passed[rid] = 0
+    for rid in waiting:
+        passed[rid] = passed.get(rid, 0) + 1
+    return n
+
+
 def _trace(result: ArmRun) -> list[dict[str, Any]] | None:
     t = result.trace
     return t if isinstance(t, list) else None
@@ -111,11 +121,11 @@ def _trace(result: ArmRun) -> list[dict[str, Any]] | None:
 
 def check(
     result: ArmRun, budgets: dict[str, float], background: frozenset[str] = frozenset()
-) -> dict[str, Any]:
-    """{"ok": bool | None, "values", "problems"}; ok None: the engine wrote no trace."""
+) -> CheckOutcome:
+    """ok None: the engine wrote no trace."""
     trace = _trace(result)
     if trace is None:
-        return {"ok": None, "values": {}, "problems": ["the engine writes no schedule trace"]}
+        return CheckOutcome(None, {}, ["the engine writes no schedule trace"])
     got = metrics(trace, background)
     values = {k: got[k] for k in budgets}
     problems = [
@@ -123,7 +133,7 @@ def check(
         for k, limit in budgets.items()
         if got[k] > limit
     ]
-    return {"ok": not problems, "values": values, "problems": problems}
+    return CheckOutcome(not problems, values, problems)
 
 
 def first_change(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> str | None:
@@ -149,13 +159,13 @@ def compare(
     names: tuple[str, ...],
     worse_by: float,
     background: frozenset[str] = frozenset(),
-) -> dict[str, Any]:
+) -> CheckOutcome:
     """Head (b) against base (a): fails when head is worse on a metric by more than
     ``worse_by``; a changed trace is a notice, not a failure."""
     ta, tb = _trace(a), _trace(b)
     if ta is None or tb is None:
         side = "base" if ta is None else "head"
-        return {"ok": None, "values": {}, "problems": [f"the {side} engine writes no trace"]}
+        return CheckOutcome(None, {}, [f"the {side} engine writes no trace"])
     ma, mb = metrics(ta, background), metrics(tb, background)
     values = {k: f"{ma[k]:g} → {mb[k]:g}" for k in names}
     problems = [
@@ -163,9 +173,4 @@ def compare(
         for k in names
         if mb[k] > ma[k] + worse_by
     ]
-    return {
-        "ok": not problems,
-        "values": values,
-        "problems": problems,
-        "notice": first_change(ta, tb),
-    }
+    return CheckOutcome(not problems, values, problems, first_change(ta, tb))

@@ -26,6 +26,7 @@ from gates.speed import measure
 from gates.speed.results import SpeedRun, Verdict
 
 DECODE = "decode_cpu_s_per_token"
+SIDES = ("base", "head")
 
 
 def noop_commit(repo, base_sha: str) -> str:  # type: ignore[no-untyped-def]
@@ -59,7 +60,7 @@ def summarize(paths: list[str]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m gates.speed.calibrate", description=__doc__)
     p.add_argument("--repo", default=".")
     p.add_argument("--matrix", default="matrices/default.yaml")
@@ -76,29 +77,52 @@ def main(argv: list[str] | None = None) -> int:
         help="two engine trees (copies) instead of refs: no git needed",
     )
     p.add_argument("--summary", nargs="+", metavar="OUT", help="summarize --out files, run nothing")
+    return p
+
+
+def _sides(a: argparse.Namespace, p: argparse.ArgumentParser) -> tuple[Path, dict[str, Path]]:
+    """The repository root and the two engine trees: --dirs, or worktrees of the refs."""
+    if a.dirs:
+        trees = {s: Path(d).resolve() for s, d in zip(SIDES, a.dirs, strict=True)}
+        return Path(a.repo).resolve(), trees
+    from gates import refs
+
+    if bool(a.head) == a.noop:
+        p.error("give exactly one of --head REF and --noop")
+    repo = refs.open_repo(a.repo)
+    base = refs.resolve(repo, a.base)
+    head = noop_commit(repo, base) if a.noop else refs.resolve(repo, a.head)
+    trees = {"base": refs.ensure_worktree(repo, base), "head": refs.ensure_worktree(repo, head)}
+    return refs.repo_root(repo), trees
+
+
+def _report(
+    i: int, a: argparse.Namespace, got: SpeedRun, secs: float, sides: dict[str, Path]
+) -> list[str]:
+    slower = [f"{c.metric}@{c.parallel}" for c in got.cells if c.verdict is Verdict.SLOWER]
+    counts = {str(v): n for v, n in sorted(got.verdicts().items())}
+    print(
+        f"try {i + 1}/{a.tries}: {got.status} blocks {got.blocks} {secs:.0f}s {counts} "
+        f"slower: {slower}",
+        flush=True,
+    )
+    if a.out:
+        rec = {"base": str(sides["base"]), "head": str(sides["head"]), "noop": a.noop}
+        rec.update(plant=a.plant, matrix=a.matrix, tries=i, **got.to_json())
+        with open(a.out, "a") as f:
+            f.write(json.dumps(rec, default=str) + "\n")
+    return slower
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _parser()
     a = p.parse_args(argv)
     if a.summary:
         print(summarize(a.summary))
         return 0
     from gates import matrix
 
-    if a.dirs:
-        root = Path(a.repo).resolve()
-        sides = {"base": Path(a.dirs[0]).resolve(), "head": Path(a.dirs[1]).resolve()}
-        base, head = str(sides["base"]), str(sides["head"])
-    else:
-        from gates import refs
-
-        if bool(a.head) == a.noop:
-            p.error("give exactly one of --head REF and --noop")
-        repo = refs.open_repo(a.repo)
-        root = refs.repo_root(repo)
-        base = refs.resolve(repo, a.base)
-        head = noop_commit(repo, base) if a.noop else refs.resolve(repo, a.head)
-        sides = {
-            "base": refs.ensure_worktree(repo, base),
-            "head": refs.ensure_worktree(repo, head),
-        }
+    root, sides = _sides(a, p)
     m = matrix.load(root / a.matrix if not Path(a.matrix).is_absolute() else a.matrix)
     if m.speed is None:
         p.error(f"{a.matrix} has no speed section")
@@ -106,7 +130,6 @@ def main(argv: list[str] | None = None) -> int:
     model = model if model.is_absolute() else root / model
     cache = Path(os.environ.get("GATES_CACHE", Path.home() / ".cache" / "exact-gates"))
     plant = {"ENGINE_CALIBRATE_SLOWDOWN": str(a.plant)} if a.plant else None
-    out = open(a.out, "a") if a.out else None  # noqa: SIM115
     any_slower = cells_slower = cells_total = 0
     for i in range(a.tries):
         t0 = time.monotonic()
@@ -114,28 +137,10 @@ def main(argv: list[str] | None = None) -> int:
         if got.status not in (Status.PASS, Status.FAIL):
             print(f"try {i + 1}: {got.status}: {got.reason}", file=sys.stderr)
             return 3
-        counts = {str(v): n for v, n in sorted(got.verdicts().items())}
-        slower = [f"{c.metric}@{c.parallel}" for c in got.cells if c.verdict is Verdict.SLOWER]
+        slower = _report(i, a, got, time.monotonic() - t0, sides)
         any_slower += bool(slower)
         cells_slower += len(slower)
         cells_total += len(got.cells)
-        print(
-            f"try {i + 1}/{a.tries}: {got.status} blocks {got.blocks} "
-            f"{time.monotonic() - t0:.0f}s {counts} slower: {slower}",
-            flush=True,
-        )
-        if out:
-            rec = {
-                "base": base,
-                "head": head,
-                "noop": a.noop,
-                "plant": a.plant,
-                "matrix": a.matrix,
-                "try": i,
-                **got.to_json(),
-            }
-            out.write(json.dumps(rec, default=str) + "\n")
-            out.flush()
     print(
         f"{a.tries} tries, plant {a.plant}: {any_slower} with a slower cell; "
         f"{cells_slower}/{cells_total} cells slower"

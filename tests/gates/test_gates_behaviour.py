@@ -20,8 +20,8 @@ def test_same_tokens_other_bits_fails_at_the_first_parted_token():
     a = {"replies": [reply("x", [1, 2, 3], logit_hashes=["aa", "bb", "cc"], margins=[1, 2, 3])]}
     b = {"replies": [reply("x", [1, 2, 3], logit_hashes=["aa", "bX", "cc"], margins=[1, 2, 3])]}
     got = equality.compare(ran(a), ran(b))
-    assert (got["matched"], got["total"]) == (0, 1)
-    (d,) = got["diffs"]
+    assert (got.matched, got.total) == (0, 1)
+    (d,) = got.diffs
     assert (d["kind"], d["bits_of"], d["index"]) == ("bits", "logit_hashes", 1)
     line = render._diff_line(d, "base", "head")
     assert "same tokens, other bits" in line and "token 1" in line and "`bX`" in line
@@ -31,22 +31,22 @@ def test_margins_and_embeddings_are_bits_too():
     a = {"replies": [reply("m", [5, 6], margins=[0.5, 0.25]), reply("e", [], embedding=[0.1])]}
     b = {"replies": [reply("m", [5, 6], margins=[0.5, 0.2500001]), reply("e", [], embedding=[0.2])]}
     got = equality.compare(ran(a), ran(b))
-    kinds = {d["id"]: (d["bits_of"], d["index"]) for d in got["diffs"]}
+    kinds = {d["id"]: (d["bits_of"], d["index"]) for d in got.diffs}
     assert kinds == {"m": ("margins", 1), "e": ("embedding", 0)}
 
 
 def test_bits_compared_only_when_both_carry_them():
     a = {"replies": [reply("x", [1], logit_hashes=["aa"])]}
     b = {"replies": [reply("x", [1])]}  # an engine of contract 1
-    assert equality.compare(ran(a), ran(b))["matched"] == 1
+    assert equality.compare(ran(a), ran(b)).matched == 1
 
 
 def test_dropped_requests_are_skipped_not_missing():
     a = {"replies": [reply("x", [1]), reply("y", [2])]}
     b = {"replies": [reply("x", [1])]}
     got = equality.compare(ran(a), ran(b), dropped={"y": "the head engine has no request key k"})
-    assert (got["matched"], got["total"]) == (1, 1)
-    assert got["skipped"] == [{"id": "y", "reason": "the head engine has no request key k"}]
+    assert (got.matched, got.total) == (1, 1)
+    assert got.skipped == [{"id": "y", "reason": "the head engine has no request key k"}]
 
 
 def row(kind, decoding=(), decoded=(), stepped=None, arrived=None, debt=0.0, first=(), fin=None):
@@ -85,8 +85,8 @@ def test_schedule_metrics_from_a_trace():
     res = schedule.check(
         ran({"trace": trace}), {"max_decode_gap_rounds": 1, "short_ttft_rounds": 2}
     )
-    assert res["ok"] is False and res["problems"] == ["largest decode gap (actions): 2 (budget 1)"]
-    assert schedule.check(ran({}), {"short_ttft_rounds": 1})["ok"] is None
+    assert res.ok is False and res.problems == ["largest decode gap (actions): 2 (budget 1)"]
+    assert schedule.check(ran({}), {"short_ttft_rounds": 1}).ok is None
 
 
 def test_schedule_across_commits_fails_when_worse_and_notes_a_change():
@@ -95,22 +95,22 @@ def test_schedule_across_commits_fails_when_worse_and_notes_a_change():
     got = schedule.compare(
         ran({"trace": base}), ran({"trace": head}), ("max_decode_gap_rounds",), 0
     )
-    assert got["ok"] is False
-    assert got["notice"].startswith("schedule changed from event 0")
+    assert got.ok is False
+    assert got.notice.startswith("schedule changed from event 0")
     same = schedule.compare(
         ran({"trace": base}), ran({"trace": base}), ("max_decode_gap_rounds",), 0
     )
-    assert same["ok"] is True and same["notice"] is None
+    assert same.ok is True and same.notice is None
 
 
 def test_acceptance_drop():
     def arm(acc, drafted):
         return {"replies": [reply("x", [1], accepted=acc, drafted=drafted)]}
 
-    assert acceptance.compare(ran(arm(60, 100)), ran(arm(58, 100)), 0.05)["ok"] is True
+    assert acceptance.compare(ran(arm(60, 100)), ran(arm(58, 100)), 0.05).ok is True
     bad = acceptance.compare(ran(arm(60, 100)), ran(arm(20, 100)), 0.05)
-    assert bad["ok"] is False and "0.600 → 0.200" in bad["problems"][0]
-    assert acceptance.compare(ran(arm(0, 0)), ran(arm(0, 0)), 0.05)["ok"] is None
+    assert bad.ok is False and "0.600 → 0.200" in bad.problems[0]
+    assert acceptance.compare(ran(arm(0, 0)), ran(arm(0, 0)), 0.05).ok is None
 
 
 MATRIX = """

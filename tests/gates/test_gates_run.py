@@ -209,12 +209,23 @@ def test_show_and_clean(stub_repo, capsys, tmp_path):
     assert not Path(os.environ["GATES_CACHE"]).exists()
 
 
+def _touch_engine(stub_repo) -> None:
+    main_py = stub_repo.root / "engine" / "__main__.py"
+    main_py.write_text(main_py.read_text() + "# a change of the engine tree\n")
+    stub_repo.commit("touch the engine")
+
+
 def test_speed_gate_with_bench(stub_repo):
     m = (
         stub_repo.root / "matrices" / "small.yaml"
     ).read_text() + "speed: {blocks: 3, max_blocks: 4, add_blocks: 1, parallel: [1, 2]}\n"
     (stub_repo.root / "matrices" / "speed.yaml").write_text(m)
-    stub_repo.commit("speed")
+    stub_repo.commit("speed matrix")
+    # the same engine tree on both sides: nothing to time
+    code, man, md = run_gates(stub_repo, matrix="matrices/speed.yaml")
+    assert code == 0 and man["speed"]["status"] == "not_run"
+    assert "not run: base and head have the same engine/ tree" in md
+    _touch_engine(stub_repo)
     code, man, md = run_gates(stub_repo, matrix="matrices/speed.yaml")
     assert code == 0
     assert man["speed"]["status"] == "pass"
@@ -254,6 +265,7 @@ def test_speed_not_comparable_before_bench_schema(stub_repo, monkeypatch):
     ).read_text() + "speed: {blocks: 1, parallel: [1, 2]}\n"
     (stub_repo.root / "matrices" / "speed.yaml").write_text(m)
     stub_repo.commit("old bench")
+    _touch_engine(stub_repo)
     code, man, md = run_gates(stub_repo, matrix="matrices/speed.yaml")
     assert code == 0
     assert man["speed"]["status"] == "not_comparable"

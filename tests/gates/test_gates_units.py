@@ -41,9 +41,9 @@ def test_compare_counts_and_divergence():
         ]
     }
     got = equality.compare(ran(a), ran(b), requests={"x": {"id": "x", "prompt": "hi"}})
-    assert (got["matched"], got["total"]) == (1, 2)
-    assert got["skipped"][0]["id"] == "e"
-    d = got["diffs"][0]
+    assert (got.matched, got.total) == (1, 2)
+    assert got.skipped[0]["id"] == "e"
+    d = got.diffs[0]
     assert (d["id"], d["index"], d["a_ids"], d["b_ids"]) == ("x", 1, [2, 3], [9, 3])
     assert (d["a_margin"], d["b_margin"]) == (0.25, 0.005)
     assert equality.describe_margin(d["a_margin"], d["b_margin"]) == "a near-tie"
@@ -56,11 +56,11 @@ def test_compare_error_on_one_side_and_missing_reply():
     a = {"replies": [reply("x", [1]), reply("y", [2])]}
     b = {"replies": [reply("x", [1], finish="error", error="boom")]}
     got = equality.compare(ran(a), ran(b))
-    assert (got["matched"], got["total"]) == (0, 2)
-    assert {d["id"] for d in got["diffs"]} == {"x", "y"}
-    assert got["diffs"][0]["error"] == {"a": None, "b": "boom"}
+    assert (got.matched, got.total) == (0, 2)
+    assert {d["id"] for d in got.diffs} == {"x", "y"}
+    assert got.diffs[0]["error"] == {"a": None, "b": "boom"}
     only = equality.compare(ran(a), ran(b), only_ids=["y"])
-    assert only["total"] == 1
+    assert only.total == 1
 
 
 def test_decoder_from_tokenizer_json():

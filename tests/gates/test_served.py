@@ -147,8 +147,8 @@ def test_served_equals_offline_and_planted_server_bugs_show(tmp_path):
         got = served.run_served(job(tmp_path, REPO, mode, mode))
         assert got.ok, got
         cmp = equality.compare(offline, got)
-        assert (cmp["matched"], cmp["total"]) == (len(LINES) - 1, len(LINES) - 1), cmp["diffs"]
-        assert [s["id"] for s in cmp["skipped"]] == ["toolong"]  # an error on both sides
+        assert (cmp.matched, cmp.total) == (len(LINES) - 1, len(LINES) - 1), cmp.diffs
+        assert [s["id"] for s in cmp.skipped] == ["toolong"]  # an error on both sides
         by = {r["id"]: r for r in got.replies or []}
         assert len(by["cancel"]["ids"]) == 2 and by["cancel"]["logit_hashes"]
         m = got.metrics or {}
@@ -161,7 +161,7 @@ def test_served_equals_offline_and_planted_server_bugs_show(tmp_path):
         assert bad.ok, bad
         cmp = equality.compare(offline, bad)
         want = ["sampled"] if plant.name == "serve-seed-misread" else None
-        got_ids = [d["id"] for d in cmp["diffs"]]
+        got_ids = [d["id"] for d in cmp.diffs]
         assert got_ids == want if want else len(got_ids) >= 3, (plant.name, got_ids)
 
 

@@ -8,6 +8,7 @@ records for a template, not results. A module moved over to the typed results jo
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import typing
@@ -33,6 +34,16 @@ TYPED = (
     "gates.checks.resources",
     "gates.checks.schedule",
     "gates.checks.acceptance",
+    "gates.run",
+    "gates.shard",
+    "gates.merge",
+    "gates.speed.results",
+    "gates.speed.stats",
+    "gates.speed.measure",
+    "gates.speed.estimate",
+    "gates.speed.chart",
+    "gates.speed.calibrate",
+    "gates.speed.lockstep",
 )
 
 # (module, function, parameter or "return"): what the dict is, since it is not a result
@@ -50,15 +61,13 @@ ALLOWED = {
     ("gates.results", "__init__", "config"): "an arm's configuration (axis -> value)",
     ("gates.results", "__init__", "metrics"): "the engine's metrics, as it wrote them",
     ("gates.results", "__init__", "replies"): "reply summaries: id, token count, hash",
+    ("gates.results", "__init__", "trace"): "the engine's schedule trace, as it wrote it",
     ("gates.power.run", "failed_gates", "manifest"): "manifest, read through gates_of",
     ("gates.validate", "*", "caps"): "the engines' capabilities --json, not results",
-    ("gates.evaluate", "*", "rows"): "arm rows of the manifest (arms are not typed yet)",
-    ("gates.evaluate", "*", "results"): "arm results from the store (arms are not typed yet)",
     ("gates.evaluate", "*", "requests"): "prompt requests, not results",
     ("gates.evaluate", "*", "sets"): "prompt sets, not results",
     ("gates.evaluate", "_blocked_fields", "return"): "keyword arguments of Comparison",
     ("gates.receipt.render", "*", "d"): "one differing request of a comparison, for display",
-    ("gates.receipt.render", "*", "speed"): "speed result (speed is not typed yet)",
     ("gates.receipt.render", "failure_lines", "return"): "records for the template",
     ("gates.receipt.lists", "crashed", "return"): "records for the template",
     ("gates.execute", "__init__", "config"): "an arm's configuration (axis -> value)",
@@ -78,18 +87,41 @@ ALLOWED = {
     ("gates.served", "send", "return"): "one reply summary (ArmRun.replies' item)",
     ("gates.served", "_served", "return"): "an ArmRun's JSON, read at once by run_served",
     ("gates.selftest", "_plant", "reqs"): "prompt requests, not results",
-    # the checks take ArmRun; what they return is a check outcome (ok, values, problems),
-    # read into a Comparison by evaluate at once: not typed yet
     **{
-        (f"gates.checks.{m}", f, "return"): "a check's outcome (not typed yet)"
-        for m, f in (
-            ("equality", "compare"),
-            ("resources", "check"),
-            ("schedule", "check"),
-            ("schedule", "compare"),
-            ("acceptance", "compare"),
+        (m, f, p): "the run's facts (sides, machine, environments, the lean and speed JSON) "
+        "as the manifest records them, beside the typed arms and gates"
+        for m, f, p in (
+            ("gates.run", "*", "run_info"),
+            ("gates.run", "extras", "return"),
+            ("gates.shard", "*", "run_info"),
+            ("gates.merge", "run_info", "return"),
         )
     },
+    ("gates.run", "_side_json", "return"): "a side (ref, sha, tree) as the manifest writes it",
+    # speed: a SpeedRun's raw parts (the matrix's speed section, the engine's JSON lines,
+    # a block's record as the manifest keeps it)
+    **{("gates.speed.measure", "*", p): "the matrix's speed section" for p in ("spec",)},
+    **{(m, "*", "spec"): "the matrix's speed section" for m in ("gates.speed.results",)},
+    ("gates.speed.measure", "run_block", "return"): "a block's record, JSON for the manifest",
+    ("gates.speed.measure", "_turns", "return"): "the engine's timed runs as it printed them",
+    ("gates.speed.measure", "judge", "samples"): "blocks' records from run_block",
+    ("gates.speed.estimate", "*", "runs"): "the engine's timed runs as it printed them",
+    ("gates.speed.lockstep", "*", "return"): "a JSON line the engine printed",
+    ("gates.speed.results", "*", "return"): "to_json: JSON being written",
+    ("gates.speed.results", "*", "d"): "from_json: JSON being read",
+    ("gates.speed.results", "*", "man"): "manifest",
+    ("gates.speed.results", "__init__", "samples"): "blocks' records, JSON for the manifest",
+    ("gates.merge", "load", "return"): "a shard manifest: JSON read from disk",
+    ("gates.merge", "*", "docs"): "shard manifests: JSON read from disk",
+    ("gates.merge", "check_inputs", "first"): "a shard manifest: JSON read from disk",
+    ("gates.arms", "*", "key_cfg"): "an arm's configuration (axis -> value), as keyed",
+    ("gates.arms", "_requests", "caps"): "the engine's capabilities --json, not results",
+    ("gates.arms", "_requests", "return"): "request lines (prompt requests), not results",
+    ("gates.arms", "__init__", "sets"): "prompt sets, not results",
+    ("gates.selftest", "_plant", "return"): "planted prompt requests, not results",
+    ("gates.selftest", "_runner", "config"): "an arm's configuration (axis -> value)",
+    ("gates.checks.equality", "compare", "requests"): "prompt requests by id, not results",
+    ("gates.checks.schedule", "_trace", "return"): "trace rows",
     ("gates.checks.equality", "_diff", "return"): "one differing request, as Comparison.diffs",
     ("gates.checks.equality", "_bits_diff", "return"): "one differing request (Comparison.diffs)",
     **{("gates.checks.equality", "*", p): "one reply summary" for p in ("reply", "ra", "rb")},
@@ -100,7 +132,12 @@ ALLOWED = {
 }
 
 DICT = dict[str, Any]
-BAD = (DICT, list[DICT], DICT | None)
+
+
+def holds_dict(hint: Any) -> bool:
+    """A bare ``dict[str, Any]``, alone or inside another type (a list of them, one per
+    arm, one or None, ...)."""
+    return hint == DICT or any(holds_dict(a) for a in typing.get_args(hint))
 
 
 def _functions(modname: str) -> list[tuple[str, Any]]:
@@ -128,7 +165,7 @@ def untyped(modnames: tuple[str, ...] = TYPED) -> list[str]:
         for fname, fn in _functions(modname):
             hints = typing.get_type_hints(fn)
             for param, hint in hints.items():
-                if hint in BAD and not _allowed(modname, fname, param):
+                if holds_dict(hint) and not _allowed(modname, fname, param):
                     bad.append(f"{modname}.{fname}: {param} is {hint}")
     return bad
 
@@ -181,7 +218,7 @@ def test_the_checks_take_an_arm_run():
 def test_a_stored_run_reads_back_and_a_bad_entry_is_a_clean_miss(tmp_path):
     """An entry as the store held it before ArmRun (same keys, ``device``/``trace`` null)
     reads back equal; one that is JSON but no arm run is removed and counted, not raised."""
-    from gates.execute import _stored
+    from gates.execute import stored_run
     from gates.results import ArmRun
     from gates.store import Store
 
@@ -192,12 +229,57 @@ def test_a_stored_run_reads_back_and_a_bad_entry_is_a_clean_miss(tmp_path):
         **{"replies": [{"id": "r", "ids": [1, 2]}], "harness": "7", "finished_at": "t"},
     }
     st.put("ab" * 32, old)
-    run = _stored(st, "ab" * 32)
+    run = stored_run(st, "ab" * 32)
     assert run == ArmRun.from_json(old) and run is not None and run.ok
     assert run.replies == old["replies"] and run.metrics == {"a": 1} and run.trace is None
     assert ArmRun.from_json(run.to_json()) == run
     st.put("cd" * 32, {"status": "finished", "replies": []})  # not an arm's status
     st.put("ef" * 32, {"status": "ok", "replies": "none"})  # replies not a list
-    assert _stored(st, "cd" * 32) is None and _stored(st, "ef" * 32) is None
+    assert stored_run(st, "cd" * 32) is None and stored_run(st, "ef" * 32) is None
     assert st.corrupt == ["cd" * 32, "ef" * 32]
     assert st.get("cd" * 32) is None and st.corrupt == ["cd" * 32, "ef" * 32]  # removed
+
+
+PROSE = ("reason", "arm_reason", "notice", "stderr_tail")  # text for people, not for code
+
+
+def prose_reads(src: str) -> list[str]:
+    """Where code matches text in a prose field: ``"x" in e.reason``, ``e.reason ==
+    "..."``, ``e.reason.startswith(...)`` and the like."""
+
+    def prose(node: ast.AST) -> bool:
+        if isinstance(node, ast.Attribute):
+            return node.attr in PROSE
+        if isinstance(node, ast.Subscript | ast.Call):  # d["reason"], d.get("reason")
+            return any(isinstance(c, ast.Constant) and c.value in PROSE for c in ast.walk(node))
+        return False
+
+    out = []
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.Compare) and any(
+            isinstance(op, ast.In | ast.NotIn | ast.Eq | ast.NotEq) for op in node.ops
+        ):
+            sides = [node.left, *node.comparators]
+            if any(prose(s) for s in sides) and any(isinstance(s, ast.Constant) for s in sides):
+                out.append(ast.unparse(node))
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("startswith", "endswith", "find", "index", "count")
+            and prose(node.func.value)
+        ):
+            out.append(ast.unparse(node))
+    return out
+
+
+def test_the_renderer_reads_fields_never_prose():
+    from pathlib import Path
+
+    import gates.receipt
+
+    folder = Path(gates.receipt.__file__).parent
+    found = {p.name: prose_reads(p.read_text()) for p in sorted(folder.glob("*.py"))}
+    assert {k: v for k, v in found.items() if v} == {}
+    planted = 'if "(the other commit ran it)" in e.reason:\n    pass\n'
+    assert prose_reads(planted) == ["'(the other commit ran it)' in e.reason"]
+    assert prose_reads('ok = d.get("reason", "").startswith("the engine reports no")\n')
