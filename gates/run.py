@@ -18,6 +18,7 @@ from gates import (
     EXIT_OK,
     HARNESS_VERSION,
     BadInput,
+    contract,
     envs,
     matrix,
     plan,
@@ -208,6 +209,8 @@ def run(opts: Options) -> int:
             f"{'y' if len(st.corrupt) == 1 else 'ies'}: removed, and the arms run again"
         )
     run_info = extras(opts, repo, inp, sides, side_envs, cache)
+    facts = contract.backend_facts([c for c, _ in caps.values()], m.axes["backend"])
+    run_info["machine"] = {**run_info["machine"], "backends": facts}
     run_info.update(workers=n_workers, devices=devices)
     if opts.shard is not None:
         path = shard.write(out_dir, opts.shard, inp, run_info, runner, arms, time.monotonic() - t0)
