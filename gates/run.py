@@ -74,16 +74,19 @@ def _rel(root: Path, p: Path) -> str:
 
 
 def workers(backend_set: set[str], jobs: int | None) -> tuple[int, list[str] | None]:
-    """(pool size, GPU device list or None)."""
+    """(pool size, GPU device list or None). On a CUDA backend each arm gets one GPU
+    (CUDA_VISIBLE_DEVICES), ``jobs`` arms at once on each (default 1): an arm's bits do
+    not depend on what else runs on its GPU, only its timing does."""
     if backend_set & set(GPU_BACKENDS):
         env = os.environ.get("CUDA_VISIBLE_DEVICES")
         devices = (
-            [d for d in env.split(",") if d.strip()]
+            [d.strip() for d in env.split(",") if d.strip()]
             if env
             else [str(i) for i in range(len(store.gpus()))]
         )
         if devices:
-            return len(devices), devices
+            slots = [d for _ in range(max(1, jobs or 1)) for d in devices]
+            return len(slots), slots
     return max(1, jobs or os.cpu_count() or 1), None
 
 
