@@ -49,6 +49,7 @@ def ours(
     step_fn = decode_step if graph else (lambda m, segs, kv: m.forward(segs, kv))
 
     model = _cached_model(spec, load_model)
+    model.ops.graphs = graph  # the forward asks ops.decode_step first; eager: it answers None
     page_rows = 16
     per_lane = -(-(context + steps + 1) // page_rows)
     kv = model.new_kv(streams * per_lane, page_rows, kind, lanes=streams)

@@ -3,6 +3,7 @@ one set of requests under several arms, every reply's ids, margins and logit has
 bit equal to the serial arm's.
 
     python bench/exact_cli.py --model synthetic:qwen3-0.6b --backend cupy --out /tmp/exact
+    python bench/exact_cli.py ... --arms parallel1 parallel8 --kv bf16   (a subset)
 """
 
 from __future__ import annotations
@@ -57,16 +58,18 @@ def main() -> int:
     p.add_argument("--backend", default="cupy")
     p.add_argument("--out", required=True)
     p.add_argument("--vocab", type=int, default=151936)
+    p.add_argument("--arms", nargs="+", choices=[a for a in ARMS if a != "serial"])
+    p.add_argument("--kv", nargs="+", choices=["bf16", "fp8"], default=["bf16", "fp8"])
     args = p.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     req = Path(args.out) / "requests.jsonl"
     req.write_text("".join(json.dumps(r) + "\n" for r in requests(10, args.vocab)))
     bad = 0
-    for kv in ("bf16", "fp8"):
+    arms = args.arms or [a for a in ARMS if a != "serial"]
+    for kv in args.kv:
         ref = run_arm(args, kv, "serial", ARMS["serial"], req)
-        for arm, flags in ARMS.items():
-            if arm == "serial":
-                continue
+        for arm in arms:
+            flags = ARMS[arm]
             got = run_arm(args, kv, arm, flags, req)
             diff = [i for i in ref if any(ref[i][k] != got[i][k] for k in KEYS)]
             bad += len(diff)

@@ -145,7 +145,7 @@ def _run_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "--jobs",
         type=int,
         default=None,
-        help="arms at once (default: CPU count; one per GPU on a CUDA backend)",
+        help="arms at once (default: CPU count; on a CUDA backend: per GPU, default 1)",
     )
     r.add_argument("--out", default=None, help="receipt folder (default: receipts/)")
     r.add_argument("--no-cache", action="store_true", help="run every arm again")

@@ -26,6 +26,8 @@ REPLY_KEYS = (
 # What a served arm needs in every choice and chunk of `engine serve` (contract 3).
 SERVE_CHOICE_KEYS = ("token_ids", "margins", "logit_hashes")
 TRUTH_DRAFTERS = ("oracle", "noisy")  # test drafters fed a plain run's replies by request id
+# capabilities' per-backend provenance (contract 4): {backend: {fact: text}}
+BACKEND_INFO = "backend_info"
 
 
 def engine_args(c: dict[str, Any]) -> list[str]:
@@ -131,3 +133,19 @@ def serve_missing(caps: dict[str, Any], c: dict[str, Any]) -> str | None:
     if c["drafter"] in TRUTH_DRAFTERS:
         return f"no served {c['drafter']} drafter (the server names its requests itself)"
     return None
+
+
+def backend_facts(caps: list[dict[str, Any] | None], backends: list[str]) -> dict[str, dict]:
+    """The provenance facts (GPU, driver, CUDA, cuBLAS, ...) that the engines report in
+    capabilities' ``backend_info`` (contract 4) for the matrix's backends: per backend, the
+    first side's that has them. An engine before contract 4 reports none."""
+    out: dict[str, dict] = {}
+    for c in caps:
+        info = (c or {}).get(BACKEND_INFO)
+        if not isinstance(info, dict):
+            continue
+        for name in backends:
+            facts = info.get(name)
+            if name not in out and isinstance(facts, dict) and facts:
+                out[name] = {str(k): str(v) for k, v in facts.items()}
+    return out

@@ -18,6 +18,7 @@ from gates import (
     EXIT_OK,
     HARNESS_VERSION,
     BadInput,
+    contract,
     envs,
     matrix,
     plan,
@@ -56,16 +57,19 @@ def log(msg: str) -> None:
 
 
 def workers(backend_set: set[str], jobs: int | None) -> tuple[int, list[str] | None]:
-    """(pool size, GPU device list or None)."""
+    """(pool size, GPU device list or None). On a CUDA backend each arm gets one GPU
+    (CUDA_VISIBLE_DEVICES), ``jobs`` arms at once on each (default 1): an arm's bits do
+    not depend on what else runs on its GPU, only its timing does."""
     if backend_set & set(GPU_BACKENDS):
         env = os.environ.get("CUDA_VISIBLE_DEVICES")
         devices = (
-            [d for d in env.split(",") if d.strip()]
+            [d.strip() for d in env.split(",") if d.strip()]
             if env
             else [str(i) for i in range(len(store.gpus()))]
         )
         if devices:
-            return len(devices), devices
+            slots = [d for _ in range(max(1, jobs or 1)) for d in devices]
+            return len(slots), slots
     return max(1, jobs or os.cpu_count() or 1), None
 
 
@@ -157,6 +161,8 @@ def run(opts: Options) -> int:
             f"{'y' if len(st.corrupt) == 1 else 'ies'}: removed, and the arms run again"
         )
     run_info = extras(opts, repo, inp, sides, side_envs, cache)
+    facts = contract.backend_facts([c for c, _ in caps.values()], m.axes["backend"])
+    run_info["machine"] = {**run_info["machine"], "backends": facts}
     run_info.update(workers=n_workers, devices=devices)
     if opts.shard is not None:
         path = shard.write(out_dir, opts.shard, inp, run_info, runner, arms, time.monotonic() - t0)

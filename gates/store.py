@@ -33,6 +33,8 @@ FINGERPRINT_PACKAGES = (
     "mlx",
     "cupy-cuda12x",
     "cupy-cuda13x",
+    "nvidia-cublas",  # the cuBLAS that cupy-cuda13x loads: its kernels make the bits
+    "nvidia-cublas-cu12",
 )
 
 
@@ -74,6 +76,23 @@ def gpus() -> list[str]:
 
 
 @cache
+def nvidia_driver() -> str:
+    """The NVIDIA driver's version ("" without nvidia-smi): part of the fingerprint where
+    there are GPUs, since a driver update can change what the GPU computes."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    lines = [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
+    return lines[0] if out.returncode == 0 and lines else ""
+
+
+@cache
 def machine() -> dict[str, Any]:
     pkgs = {}
     for name in FINGERPRINT_PACKAGES:
@@ -89,6 +108,8 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "packages": pkgs,
         "gpus": gpus(),
+        # only where there are GPUs, so that CPU machines keep their fingerprint
+        **({"nvidia_driver": nvidia_driver()} if gpus() else {}),
     }
 
 

@@ -10,7 +10,8 @@ from engine.kv.codec import KV_DTYPES
 
 # 2: logit_hashes, cancel_after_rows, --virtual-clock, --trace
 # 3: "serve": what `engine serve` reads and returns (margins and logit_hashes per token)
-CONTRACT_VERSION = 3
+# 4: "backend_info": per backend, the device and library versions behind it (provenance)
+CONTRACT_VERSION = 4
 
 
 def serve_capabilities() -> dict:
@@ -37,7 +38,7 @@ def capabilities() -> dict:
     from engine.cli.run import METRICS_KEYS
     from engine.draft.registry import available
     from engine.lanes.request import REQUEST_KEYS
-    from engine.ops import available_backends
+    from engine.ops import available_backends, backend_info
 
     return {
         "contract": CONTRACT_VERSION,
@@ -69,6 +70,7 @@ def capabilities() -> dict:
         "metrics_keys": list(METRICS_KEYS),
         "env_flags": ["ENGINE_CALIBRATE_SLOWDOWN"],
         "serve": serve_capabilities(),
+        "backend_info": backend_info(),
     }
 
 

@@ -57,3 +57,18 @@ def available_backends() -> list[str]:
     if cupy_problem() is None:
         names.append("cupy")
     return names
+
+
+def backend_info() -> dict[str, dict[str, str]]:
+    """Facts about the hardware and libraries behind each backend that has any, for
+    provenance (capabilities' `backend_info`, docs/contract.md): cupy names its GPU, the
+    NVIDIA driver, the CUDA driver API and runtime, cuBLAS and CuPy (cupy_info.KEYS)."""
+    info: dict[str, dict[str, str]] = {}
+    if cupy_problem() is None:
+        try:
+            from engine.ops.cupy_info import device_info
+
+            info["cupy"] = device_info()
+        except Exception as exc:  # a library that loads but fails; say so, not crash
+            info["cupy"] = {"error": str(exc).strip().splitlines()[0] if str(exc) else repr(exc)}
+    return info

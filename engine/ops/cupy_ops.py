@@ -47,19 +47,6 @@ class CupyWeight:
         return (self.k, self.n)
 
 
-def device_info() -> dict[str, str]:
-    """GPU, driver, CUDA runtime and cuBLAS versions, for provenance."""
-    rt = cp.cuda.runtime
-    props = rt.getDeviceProperties(cp.cuda.Device().id)
-    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    return {
-        "gpu": name,
-        "driver": str(rt.driverGetVersion()),
-        "cuda_runtime": str(rt.runtimeGetVersion()),
-        "cupy": cp.__version__,
-    }
-
-
 def _blocks(total: int, threads: int = 256) -> tuple[int, ...]:
     return (max(1, -(-total // threads)),)
 
@@ -76,6 +63,7 @@ class CupyOps:
 
     def __init__(self, row_tile: int = 0, probe: bool = True) -> None:
         from engine.ops.cupy_blas import Cublas
+        from engine.ops.cupy_info import device_info
 
         # the tile changes which GEMM kernel runs, hence the bits: one value per deployment
         self.row_tile = row_tile or int(os.environ.get("ENGINE_CUPY_ROW_TILE", "8"))
@@ -91,7 +79,8 @@ class CupyOps:
         }
         self.attend_k = {kind: self.module.get_function(f"attend_{kind}") for kind in KINDS}
         self.blas = Cublas()
-        self.info = {**device_info(), "cublas": str(self.blas.version)}
+        # provenance: GPU, NVIDIA driver, CUDA driver API and runtime, cuBLAS, CuPy
+        self.info = device_info(self.blas.version)
 
     # ---- conversion -----------------------------------------------------------------
     def asarray(self, a: Any) -> Any:

@@ -254,7 +254,25 @@ def machine_line(man: dict[str, Any]) -> str:
     parts += [
         f"{k} {v}" for k, v in pk.items() if k in ("numpy", "mlx", "cupy-cuda12x", "cupy-cuda13x")
     ]
+    parts += [backend_facts_text(name, facts) for name, facts in mc.get("backends", {}).items()]
     return " · ".join(parts)
+
+
+FACT_NAMES = {
+    "driver": "driver",
+    "cuda_driver": "CUDA driver API",
+    "cuda_runtime": "CUDA runtime",
+    "cublas": "cuBLAS",
+    "cupy": "CuPy",
+}
+
+
+def backend_facts_text(name: str, facts: dict[str, str]) -> str:
+    """'cupy on NVIDIA H200 (driver 580.159.04, CUDA runtime 13.2, cuBLAS 13.1.0, ...)':
+    what the engine reported in capabilities' backend_info (docs/contract.md, version 4)."""
+    rest = [f"{FACT_NAMES.get(k, k)} {v}" for k, v in facts.items() if k != "gpu"]
+    where = f" on {facts['gpu']}" if "gpu" in facts else ""
+    return f"{name}{where} ({', '.join(rest)})" if rest else f"{name}{where}"
 
 
 def _env() -> jinja2.Environment:

@@ -112,3 +112,12 @@ def test_cpu_arms_are_single_threaded(stub_repo):
     code, man, _ = run_gates(stub_repo)
     assert code == 0
     assert {a["metrics"]["threads"] for a in man["arms"] if a.get("metrics")} == {"1"}
+
+
+def test_jobs_on_a_cuda_backend_is_arms_per_gpu(monkeypatch):
+    from gates.run import workers
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0, 1")
+    assert workers({"cupy"}, None) == (2, ["0", "1"])
+    assert workers({"cupy"}, 3) == (6, ["0", "1", "0", "1", "0", "1"])
+    assert workers({"numpy"}, 3) == (3, None)

@@ -51,6 +51,7 @@ def capabilities() -> int:
                 "kinds": ["complete"],
                 "flags": FLAGS,
                 "env_flags": ["ENGINE_SALT"],
+                "backend_info": {"cupy": knobs.CUPY_INFO} if knobs.CUPY_INFO else {},
             }
         )
     )

@@ -14,3 +14,4 @@ HANG_FILE = ""  # if set, HANG_KV hangs only while this file exists
 NO_KV = ()  # kv dtypes missing from capabilities
 FAIL_CAPABILITIES = False
 REQUIRE_MODULE = ""  # a module `run` imports first (per-commit environments)
+CUPY_INFO = {}  # capabilities' backend_info["cupy"] (contract 4): provenance facts
