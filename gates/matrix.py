@@ -63,6 +63,7 @@ SPEED_KEYS = {
     "delta": float,
     "min_effect": float,
     "quantile": float,
+    "turn": int,
     "timeout": int,
     "runs": int,  # before bench schema 1: runs per side -> blocks = ceil(runs / 2)
     "max_ratio_drop": float,  # before bench schema 1: -> delta
@@ -80,6 +81,7 @@ SPEED_DEFAULTS: dict[str, Any] = {
     "delta": 0.05,
     "min_effect": 0.02,
     "quantile": 0.5,
+    "turn": 1,
     "timeout": 600,
 }
 
@@ -146,7 +148,7 @@ def _speed(path: Path, raw: Any) -> dict[str, Any] | None:
         out["delta"] = out.pop("max_ratio_drop")
     out.pop("runs", None)
     out.pop("max_ratio_drop", None)
-    for k in ("blocks", "max_blocks", "prompt_tokens", "gen_tokens", "repeats", "budget_s"):
+    for k in ("blocks", "max_blocks", "prompt_tokens", "gen_tokens", "repeats", "budget_s", "turn"):
         if out[k] < 1:
             raise fail(path, f"speed.{k}", "at least 1", out[k])
     if out["add_blocks"] < 0:

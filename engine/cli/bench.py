@@ -17,11 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from engine.cli.common import add_engine_flags, add_model_flags, engine_config, load, make_drafter
+from engine.cli.bench_run import TimedRun, measure
+from engine.cli.common import add_engine_flags, add_model_flags, load
 from engine.config import env_flags
 from engine.errors import InputError
-from engine.lanes.engine import Engine, Event
-from engine.lanes.request import Request
 
 BENCH_SCHEMA = 2  # 2: --lockstep and per-action samples
 # per sweep row: the best of the repeats, field by field (rates: the highest; costs: the lowest)
@@ -60,73 +59,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--ops", action="store_true", help="cost of exactness: tiled vs plain matmul")
     p.set_defaults(func=run)
-
-
-def _requests(n: int, prompt_tokens: int, gen_tokens: int, vocab: int) -> list[Request]:
-    rng = np.random.default_rng(1234)
-    hi = min(vocab, 1000)
-    return [
-        Request(
-            id=f"b{i}",
-            prompt_ids=rng.integers(1, hi, prompt_tokens).tolist(),
-            max_tokens=gen_tokens,
-            ignore_eos=True,
-        )
-        for i in range(n)
-    ]
-
-
-def _measure(model: Any, args: argparse.Namespace, n: int, gen_tokens: int) -> dict[str, Any]:
-    """One timed run of ``n`` streams: wall rates, TTFT, CPU seconds of this process, and
-    ``actions``: per engine action its kind, CPU and wall seconds, rows fed and tokens made."""
-    cfg = engine_config(args, parallel=n)
-    engine = Engine(model, cfg, drafter=make_drafter(cfg, model))
-    reqs = _requests(n, args.prompt_tokens, gen_tokens, model.config.vocab_size)
-    streams = [engine.submit(r) for r in reqs]
-    actions: dict[str, list[Any]] = {k: [] for k in ("kind", "cpu_s", "wall_s", "rows", "tokens")}
-    last = [time.process_time(), 0]
-
-    def on_event(_: Engine, e: Event) -> None:  # CPU from the previous event's end to this one's
-        now, made = time.process_time(), sum(len(s.generated) for s in streams)
-        got = (e.kind, now - last[0], e.seconds, e.rows, made - last[1])
-        for k, v in zip(actions, got, strict=True):
-            actions[k].append(v)
-        last[0], last[1] = now, made
-
-    engine.on_event = on_event
-    cpu0, t0 = time.process_time(), time.perf_counter()
-    last[0] = cpu0
-    engine.run()
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    rounds = [i for i, k in enumerate(actions["kind"]) if k == "round"]
-    steps = [i for i, k in enumerate(actions["kind"]) if k != "round"]
-    prefill_s = sum(actions["wall_s"][i] for i in steps)
-    round_s = sum(actions["wall_s"][i] for i in rounds)
-    generated = sum(len(s.generated) for s in streams)
-    decoded = sum(max(0, len(s.generated) - 1) for s in streams)  # the first comes with prefill
-    prompt_rows = engine.stats["prefill_tokens"]
-    firsts = {
-        sid: e.start + e.seconds for e in engine.events for sid in e.first_token if sid is not None
-    }
-    ttft = sum(firsts.values()) / len(firsts) if firsts else 0.0
-    round_cpu = sum(actions["cpu_s"][i] for i in rounds)
-    step_cpu = sum(actions["cpu_s"][i] for i in steps)
-    return {
-        "parallel": n,
-        "decode_tok_s": decoded / round_s if round_s else 0.0,
-        "prefill_tok_s": prompt_rows / prefill_s if prefill_s else 0.0,
-        "ttft_ms": ttft * 1000,
-        "cpu_s_per_token": cpu / generated if generated else 0.0,
-        "decode_cpu_s_per_token": round_cpu / decoded if decoded else 0.0,
-        "prefill_cpu_s_per_token": step_cpu / prompt_rows if prompt_rows else 0.0,
-        "wall_s": wall,
-        "cpu_s": cpu,
-        "generated_tokens": generated,
-        "prompt_tokens": prompt_rows,
-        "tokens_per_round": decoded / max(1, sum(s.rounds for s in streams)),
-        "acceptance": sum(s.accepted for s in streams) / max(1, sum(s.drafted for s in streams)),
-        "actions": actions,
-    }
 
 
 def best_of(runs: list[dict[str, float]]) -> dict[str, Any]:
@@ -206,14 +138,18 @@ def run(args: argparse.Namespace) -> int:
     if args.ops:
         return _ops(model, args)
     for _ in range(args.warmup):  # page faults, allocator and caches; not timed
-        _measure(model, args, max(counts), min(4, args.gen_tokens))
+        measure(model, args, max(counts), min(4, args.gen_tokens))
     if args.lockstep:
         from engine.cli.bench_lockstep import serve_units
 
-        return serve_units(lambda n: _measure(model, args, n, args.gen_tokens), header(args))
+        return serve_units(
+            lambda n: measure(model, args, n, args.gen_tokens),
+            lambda n: TimedRun(model, args, n, args.gen_tokens),
+            header(args),
+        )
     results = []
     for n in counts:
-        best = best_of([_measure(model, args, n, args.gen_tokens) for _ in range(args.repeats)])
+        best = best_of([measure(model, args, n, args.gen_tokens) for _ in range(args.repeats)])
         results.append(best)
         print(
             f"parallel {n}: decode {best['decode_tok_s']:.1f} tok/s, prefill "

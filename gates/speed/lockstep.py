@@ -57,10 +57,13 @@ class Worker:
         self.header = got
         return got
 
-    def unit(self, n: int) -> dict[str, Any]:
+    def unit(self, n: int, turn: int | None = None) -> dict[str, Any]:
+        """A whole timed run of ``n`` streams; with ``turn``, the next ``turn`` actions of
+        one (``"done": true`` with the run's row once it is over)."""
         assert self.proc.stdin is not None
+        ask = {"parallel": n} if turn is None else {"parallel": n, "turn": turn}
         try:
-            self.proc.stdin.write(json.dumps({"parallel": n}).encode() + b"\n")
+            self.proc.stdin.write(json.dumps(ask).encode() + b"\n")
             self.proc.stdin.flush()
         except BrokenPipeError:
             raise SampleError("could_not_run", self._died()) from None

@@ -66,18 +66,31 @@ def _load() -> float | None:
         return None
 
 
-def _turns(workers: dict[str, Worker], index: int, spec: dict[str, Any]) -> list[dict]:
-    """The block's timed runs in the order they ran, each marked with its side."""
-    ran = []
+def _pair(workers: dict[str, Worker], order: tuple[str, str], n: int, spec: dict) -> list[dict]:
+    """One timed run of ``n`` streams on each side, the two taking turns of ``turn`` actions."""
     per_run = [m for m in spec["metrics"] if m in estimate.PER_RUN]
-    for k in range(spec["repeats"]):
-        for i, n in enumerate(spec["parallel"]):
-            for side in ORDER[(index + k + i) % 2]:
+    done: dict[str, dict[str, Any]] = {}
+    while len(done) < len(order):
+        for side in order:
+            if side in done:
+                continue
+            got = workers[side].unit(n, spec["turn"])
+            if got.get("done") is True:
                 try:
-                    got = schema.check_run(workers[side].unit(n), n, per_run)
+                    done[side] = {"side": side, **schema.check_run(got, n, per_run)}
                 except schema.NotComparable as e:
                     raise SampleError("not_comparable", f"{side}: {e}") from None
-                ran.append({"side": side, **got})
+            elif got.get("done") is not False:
+                raise SampleError("not_comparable", f"{side}: bench turn answered {got!r:.200}")
+    return [done[side] for side in order]
+
+
+def _turns(workers: dict[str, Worker], index: int, spec: dict[str, Any]) -> list[dict]:
+    """The block's timed runs in the order they started, each marked with its side."""
+    ran = []
+    for k in range(spec["repeats"]):
+        for i, n in enumerate(spec["parallel"]):
+            ran += _pair(workers, ORDER[(index + k + i) % 2], n, spec)
     return ran
 
 

@@ -69,6 +69,24 @@ def test_lockstep_answers_one_run_per_line(monkeypatch, capsys):
         assert all(c > 0 for c in acts["cpu_s"]) and all(w > 0 for w in acts["wall_s"])
 
 
+def test_lockstep_turns_step_one_run(monkeypatch, capsys):
+    # a run of 2 streams, 2 prompt tokens, 3 generated: 2 prompt steps and 2 rounds
+    lines = ['{"parallel": 2, "turn": 1}'] * 2 + ['{"parallel": 1, "turn": 1}']
+    lines += ['{"parallel": 2, "turn": 5}', '{"parallel": 2, "turn": 0}', '{"parallel": 1}']
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(lines) + "\n"))
+    argv = ["bench", "--lockstep", "--model", MODEL, "--prompt-tokens", "2", "--gen-tokens", "3"]
+    assert main([*argv, "--warmup", "0"]) == 0
+    got = [json.loads(x) for x in capsys.readouterr().out.splitlines()][1:]
+    assert got[0] == {"parallel": 2, "done": False, "ran": 1} == got[1]
+    assert "a run of 2 streams is open" in got[2]["error"]
+    last = got[3]
+    assert last["done"] is True and last["generated_tokens"] == 6
+    assert len(last["actions"]["kind"]) == 4  # every action of the run, the stepped ones too
+    # a stepped run counts the engine's time only: TTFT and CPU are sums over actions
+    assert last["cpu_s"] == sum(last["actions"]["cpu_s"])
+    assert "turn" in got[4]["error"] and got[5]["parallel"] == 1 and "done" not in got[5]
+
+
 def test_calibrate_knob(monkeypatch, capsys):
     assert "ENGINE_CALIBRATE_SLOWDOWN" in capabilities()["env_flags"]
     monkeypatch.delenv(calibrate.VAR, raising=False)

@@ -187,8 +187,17 @@ def bench(a: argparse.Namespace) -> int:
     cost = float(os.environ.get("STUB_BENCH_COST", "1"))
     if getattr(a, "lockstep", False):
         print(json.dumps({"bench_schema": 2, "ready": True, "machine": {}}), flush=True)
+        turns = 0
         for line in sys.stdin:
-            print(json.dumps(_bench_run(json.loads(line)["parallel"], cost)), flush=True)
+            ask = json.loads(line)
+            run = _bench_run(ask["parallel"], cost)
+            if "turn" in ask:  # a run of 5 actions: not over before the turn that ends it
+                turns += ask["turn"]
+                if turns < 5:
+                    print(json.dumps({"parallel": ask["parallel"], "done": False}), flush=True)
+                    continue
+                turns, run = 0, {**run, "done": True}
+            print(json.dumps(run), flush=True)
         return 0
     sweep = [{k: v for k, v in _bench_run(n, cost).items() if k != "actions"} for n in (1, 2)]
     out = {"sweep": sweep} if os.environ.get("STUB_OLD_BENCH") else {"bench_schema": 1}
