@@ -218,8 +218,9 @@ def run_speed(
         out.cells = judge(out.samples, spec, out.max_looks)
         spent, done = time.monotonic() - t0, len(out.samples)
         open_cells = [c for c in out.cells if c.verdict is Verdict.INCONCLUSIVE]
-        if not open_cells or done >= spec["max_blocks"] or out.looks >= out.max_looks:
-            break
+        slower = any(c.verdict is Verdict.SLOWER for c in out.cells)  # failed: a look's
+        if slower or not open_cells or done >= spec["max_blocks"] or out.looks >= out.max_looks:
+            break  # verdict stands (its alpha is spent), so more blocks cannot undo it
         if spent + spent / done > spec["budget_s"]:
             break  # not even one more block fits
         target = min(spec["max_blocks"], done + spec["add_blocks"])

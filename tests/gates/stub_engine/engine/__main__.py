@@ -6,6 +6,7 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import sys
 import time
 import traceback
@@ -174,7 +175,9 @@ def run(a: argparse.Namespace) -> int:
 def _bench_run(n: int, cost: float) -> dict:
     """One timed run as bench schema 2 prints it: 2 prompt steps, 3 rounds per stream set."""
     kinds = ["short", "short", "round", "round", "round"]
-    acts = {"kind": kinds, "cpu_s": [64 * 1e-4 * cost] * 2 + [n * cost * 1e-3] * 3}
+    jitter = float(os.environ.get("STUB_PREFILL_JITTER", "0"))  # prompt steps only
+    steps = [64 * 1e-4 * cost * (1 + jitter * (2 * random.random() - 1)) for _ in range(2)]
+    acts = {"kind": kinds, "cpu_s": steps + [n * cost * 1e-3] * 3}
     acts.update(wall_s=acts["cpu_s"], rows=[64, 64, n, n, n], tokens=[0, n, n, n, n])
     row = {"parallel": n, "decode_tok_s": 1000.0 / cost, "prefill_tok_s": 1e4 / cost}
     row.update(ttft_ms=5.0 * cost, cpu_s_per_token=0.01 * cost)
@@ -185,6 +188,7 @@ def _bench_run(n: int, cost: float) -> dict:
 def bench(a: argparse.Namespace) -> int:
     """bench --json (schema 1 sweep) or --lockstep (schema 2); STUB_BENCH_COST scales costs."""
     cost = float(os.environ.get("STUB_BENCH_COST", "1"))
+    cost *= 1 + float(os.environ.get("ENGINE_CALIBRATE_SLOWDOWN", "0"))
     if getattr(a, "lockstep", False):
         print(json.dumps({"bench_schema": 2, "ready": True, "machine": {}}), flush=True)
         turns = 0
