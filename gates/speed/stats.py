@@ -40,6 +40,7 @@ SEED = 20240609
 TRIM = 0.2
 UNSTABLE_SPREAD = 0.05  # robust spread (1.4826 MAD) of the blocks' log speeds above this
 OUTLIER_Z = 4.0  # a block this many robust spreads from the median log speed is an outlier
+OUTLIER_SHARE = 0.1  # unstable when more than this share of the blocks are outliers
 FLOOR = 1e-3  # spreads below 0.1 % count as 0.1 %: float noise is not an outlier
 
 
@@ -113,8 +114,8 @@ def _unstable(d: list[float]) -> list[str]:
     if sp > UNSTABLE_SPREAD:
         out.append(f"block-to-block spread {sp:.0%}")
     n_out = outliers(d)
-    if n_out:
-        out.append(f"{n_out} outlier block{'s' * (n_out > 1)}")
+    if n_out > OUTLIER_SHARE * len(d):  # one odd block in thirty is the machine, not the cell
+        out.append(f"{n_out} outlier blocks of {len(d)}")
     return out
 
 
