@@ -31,6 +31,7 @@ from engine.errors import EngineFailure
 F32 = cp.float32
 KINDS = {"f32": 0, "bf16": 1, "fp8": 2}
 _SOURCE = Path(__file__).with_name("cupy_kernels.cu")
+ATTEND_HEAD_DIMS = (32, 64, 128, 256)  # attend_<kind>_<D> in cupy_kernels.cu
 
 
 @dataclass
@@ -75,9 +76,13 @@ class CupyOps:
         self.module = cp.RawModule(code=_SOURCE.read_text(), options=("-std=c++17",))
         self.k = {
             n: self.module.get_function(n)
-            for n in ("to_bf16", "rms_norm", "rope", "silu_mul", "kv_store")
+            for n in ("to_bf16", "rms_norm", "rope", "silu_mul", "kv_store", "qk_norm_rope")
         }
-        self.attend_k = {kind: self.module.get_function(f"attend_{kind}") for kind in KINDS}
+        self.attend_k = {
+            (kind, d): self.module.get_function(f"attend_{kind}_{d}")
+            for kind in KINDS
+            for d in ATTEND_HEAD_DIMS
+        }
         self.blas = Cublas()
         # provenance: GPU, NVIDIA driver, CUDA driver API and runtime, cuBLAS, CuPy
         self.info = device_info(self.blas.version)
@@ -163,6 +168,26 @@ class CupyOps:
             self.k["rope"](_blocks(total), (256,), args)
         return y
 
+    def qk_norm_rope(
+        self, qkv: Any, hq: int, hkv: int, qw: Any, kw: Any, eps: float, cos: Any, sin: Any
+    ) -> tuple[Any, Any] | None:
+        """q [n, hq, D] and k [n, hkv, D] of a qkv output [n, (hq + 2 hkv) D], each head
+        RMS-normed and roped, in one launch (project_qkv's rope(rms_norm(.)) otherwise); None
+        where the head dim does not suit the kernel."""
+        n, cols = qkv.shape
+        d = cols // (hq + 2 * hkv)
+        if d not in ATTEND_HEAD_DIMS or qkv.dtype != F32 or qkv.strides[1] != 4:
+            return None
+        q = cp.empty((n, hq, d), dtype=F32)
+        k = cp.empty((n, hkv, d), dtype=F32)
+        if n:
+            args = (qkv, np.int64(qkv.strides[0] // 4), qw, kw, cos, sin, q, k)
+            self.k["qk_norm_rope"](
+                (n, hq + hkv), (d,), (*args, np.int32(hq), np.int32(hkv), np.float32(eps)),
+                shared_mem=2 * d * 4,
+            )  # fmt: skip
+        return q, k
+
     def silu_mul(self, gate: Any, up: Any) -> Any:
         gate, up = _unit_cols(gate), _unit_cols(up)
         n, inter = gate.shape
@@ -192,8 +217,8 @@ class CupyOps:
         q = cp.ascontiguousarray(q, dtype=F32)
         n, hq, d = q.shape
         hkv = kc.shape[-2]
-        if d % 32 or d & (d - 1) or d > 1024:
-            raise EngineFailure(f"cupy attention: head_dim {d} must be a power of two >= 32")
+        if d not in ATTEND_HEAD_DIMS:
+            raise EngineFailure(f"cupy attention: head_dim {d} is not one of {ATTEND_HEAD_DIMS}")
         ptab, poff, last, page_rows = meta
         out = cp.empty_like(q)
         if n:
@@ -203,7 +228,7 @@ class CupyOps:
             args = (q, kc, vc, ke, ve, ptab, poff, last, out, *sizes, np.float32(1.0 / np.sqrt(d)))
             ng = 4  # ATT_NG in cupy_kernels.cu
             shared = (d + 5 * ng * d + 2 * ng) * 4
-            self.attend_k[kind]((n, hq), (d * ng,), args, shared_mem=shared)
+            self.attend_k[kind, d]((n, hq), (d * ng,), args, shared_mem=shared)
         return out
 
     def attention(self, q: Any, k: Any, v: Any, q_pos: np.ndarray) -> Any:
