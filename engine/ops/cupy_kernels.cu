@@ -247,8 +247,11 @@ __global__ void to_bf16(const float* x, unsigned short* y, long long n_in, long 
     if (i < n_out) y[i] = i < n_in ? f32_to_bf16(x[i]) : (unsigned short)0;
 }
 
-// y = x * (1 / sqrt(mean(x^2) + eps)) * w over the last axis of `cols`; one block per row
-__global__ void rms_norm(const float* x, const float* w, float* y, int cols, float eps) {
+// y = x * (1 / sqrt(mean(x^2) + eps)) * w over the last axis of `cols`; one block per row.
+// Where yb is not null, the same values as bf16 bits too (what to_bf16 would make of y: the
+// input of the GEMM that follows, so it needs no conversion launch of its own).
+__global__ void rms_norm(const float* x, const float* w, float* y, unsigned short* yb, int cols,
+                         float eps) {
     extern __shared__ float red[];
     const float* xr = x + (long long)blockIdx.x * cols;
     float* yr = y + (long long)blockIdx.x * cols;
@@ -256,7 +259,11 @@ __global__ void rms_norm(const float* x, const float* w, float* y, int cols, flo
     for (int i = threadIdx.x; i < cols; i += blockDim.x) part = part + xr[i] * xr[i];
     float var = tree_sum(red, part) / (float)cols;
     float inv = 1.0f / sqrtf(var + eps);
-    for (int i = threadIdx.x; i < cols; i += blockDim.x) yr[i] = (xr[i] * inv) * w[i];
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+        const float v = (xr[i] * inv) * w[i];
+        yr[i] = v;
+        if (yb) yb[(long long)blockIdx.x * cols + i] = f32_to_bf16(v);
+    }
 }
 
 // x [n, heads, D], cos/sin [n, D/2]: rotate_half as Hugging Face does
@@ -309,15 +316,17 @@ __global__ void qk_norm_rope(const float* qkv, long long stride, const float* qw
 }
 
 // y [n, inter] = silu(gate) * up; gate and up rows are `gs` and `us` floats apart (they may be
-// the two halves of one fused gate_up output)
-__global__ void silu_mul(const float* gate, const float* up, float* y, int inter, long long gs,
-                         long long us, long long total) {
+// the two halves of one fused gate_up output); where yb is not null, y's bf16 bits too
+__global__ void silu_mul(const float* gate, const float* up, float* y, unsigned short* yb,
+                         int inter, long long gs, long long us, long long total) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
     long long row = i / inter;
     int j = (int)(i % inter);
     float g = gate[row * gs + j], u = up[row * us + j];
-    y[i] = (g / (1.0f + expf(-g))) * u;
+    const float v = (g / (1.0f + expf(-g))) * u;
+    y[i] = v;
+    if (yb) yb[i] = f32_to_bf16(v);
 }
 
 // Encode rows k/v [n, Hkv, D] into their slots (page * page_rows + row) of the pages

@@ -52,6 +52,11 @@ def _blocks(total: int, threads: int = 256) -> tuple[int, ...]:
     return (max(1, -(-total // threads)),)
 
 
+def _ptr(a: Any) -> Any:
+    """A kernel's optional array argument: the array, or a null pointer."""
+    return a if a is not None else np.uint64(0)
+
+
 def _unit_cols(a: Any) -> Any:
     """A float32 2-D array whose columns are adjacent (rows may be apart)."""
     if a.dtype != F32 or a.ndim != 2 or a.strides[1] != 4 or a.strides[0] % 4:
@@ -72,6 +77,7 @@ class CupyOps:
         # eagerly (the same bits: tests/engine/test_cupy_backend.py)
         self.graphs = os.environ.get("ENGINE_CUPY_GRAPHS", "1") != "0"
         self.probe = probe
+        self._bf16: tuple[Any, Any] | None = None  # (y, its bf16 bits): see _bf16_out
         self.key_block = 0  # attention chunks are head_dim keys long (see the kernel)
         self.module = cp.RawModule(code=_SOURCE.read_text(), options=("-std=c++17",))
         self.k = {
@@ -105,17 +111,40 @@ class CupyOps:
             self.probe_linear(weight)
         return weight
 
+    def _bf16_out(self, y: Any) -> Any:
+        """The bf16 twin of a 2-D output y that a kernel is about to write (rows padded to
+        the tile with zeros, as linear's conversion makes them), remembered for the next
+        linear of exactly y; None (write no twin) for other shapes."""
+        if y.ndim != 2 or not y.shape[0]:
+            return None
+        m, k = y.shape
+        padded = -(-m // self.row_tile) * self.row_tile
+        yb = cp.empty((padded, k), dtype=cp.uint16)
+        if padded > m:
+            yb[m:] = 0
+        self._bf16 = (y, yb)
+        return yb
+
     def linear(self, x: Any, w: CupyWeight) -> Any:
-        x = cp.ascontiguousarray(x, dtype=F32)
-        m, k = x.shape
+        twin = self._bf16
+        if twin is not None and x is twin[0]:
+            # x came from rms_norm or silu_mul, which wrote its bf16 bits beside it: the same
+            # bits to_bf16 would make (f32_to_bf16 of the same floats), one launch fewer
+            xb = twin[1]
+            m, k = x.shape
+        else:
+            x = cp.ascontiguousarray(x, dtype=F32)
+            m, k = x.shape
+            xb = None
         if k != w.k:
             raise EngineFailure(f"cupy linear: input has {k} columns, weight expects {w.k}")
         t = self.row_tile
         padded = max(1, -(-m // t)) * t
-        xb = cp.empty((padded, k), dtype=cp.uint16)
-        self.k["to_bf16"](
-            _blocks(padded * k), (256,), (x, xb, np.int64(m * k), np.int64(padded * k))
-        )
+        if xb is None:
+            xb = cp.empty((padded, k), dtype=cp.uint16)
+            self.k["to_bf16"](
+                _blocks(padded * k), (256,), (x, xb, np.int64(m * k), np.int64(padded * k))
+            )
         y = cp.empty((padded, w.n), dtype=F32)
         xs, ys = k * 2, w.n * 4  # bytes per row
         for i in range(0, padded, t):
@@ -151,9 +180,10 @@ class CupyOps:
         rows = x.size // cols
         y = cp.empty_like(x)
         if rows:
+            yb = self._bf16_out(y)
             threads = 256 if cols >= 256 else 1 << max(0, (cols - 1).bit_length())
             self.k["rms_norm"](
-                (rows,), (threads,), (x, w, y, np.int32(cols), np.float32(eps)),
+                (rows,), (threads,), (x, w, y, _ptr(yb), np.int32(cols), np.float32(eps)),
                 shared_mem=threads * 4,
             )  # fmt: skip
         return y
@@ -194,7 +224,9 @@ class CupyOps:
         y = cp.empty((n, inter), dtype=F32)
         if n:
             gs, us = gate.strides[0] // 4, up.strides[0] // 4
-            args = (gate, up, y, np.int32(inter), np.int64(gs), np.int64(us), np.int64(n * inter))
+            yb = self._bf16_out(y)
+            sizes = (np.int32(inter), np.int64(gs), np.int64(us), np.int64(n * inter))
+            args = (gate, up, y, _ptr(yb), *sizes)
             self.k["silu_mul"](_blocks(n * inter), (256,), args)
         return y
 

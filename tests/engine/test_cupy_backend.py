@@ -87,6 +87,23 @@ def test_attention_matches_numpy_and_one_key_is_exact(ops) -> None:  # type: ign
     assert got[0].tobytes() == np.repeat(v[0], 2, axis=0).tobytes()
 
 
+def test_bf16_twin_of_norm_and_silu_equals_conversion(ops) -> None:  # type: ignore[no-untyped-def]
+    """linear of an rms_norm or silu_mul output (which hands linear its bf16 bits, written by
+    the same kernel) equals linear of a copy of it (converted by to_bf16), bit for bit, at a
+    full and a partial row tile."""
+    rng = np.random.default_rng(6)
+    w = ops.prepare_linear(rng.standard_normal((96, 64)).astype(np.float32))
+    nw = ops.asarray(rng.standard_normal(64).astype(np.float32))
+    for m in (ops.row_tile, 5):
+        x = ops.asarray(rng.standard_normal((m, 64)).astype(np.float32))
+        for kind in ("norm", "silu"):
+            y = ops.rms_norm(x, nw, 1e-6) if kind == "norm" else ops.silu_mul(x, x[:, ::-1])
+            assert ops._bf16 is not None and ops._bf16[0] is y  # the twin is y's
+            fused = ops.to_numpy(ops.linear(y, w))
+            plain = ops.to_numpy(ops.linear(y.copy(), w))
+            assert fused.tobytes() == plain.tobytes()
+
+
 def test_qk_norm_rope_matches_numpy(ops) -> None:  # type: ignore[no-untyped-def]
     """The fused q/k norm + RoPE of a qkv row (v columns left alone) against numpy in
     float64, at head dims 32 and 128."""
