@@ -163,6 +163,12 @@ def breakdown(model: Any, kv: Any, lanes: list, context: int, streams: int) -> d
     )
     cos = cp.ones((streams, cfg.head_dim // 2), dtype=cp.float32)
     out["rope_ms_x_layers"] = 2 * cfg.num_layers * _gpu_ms(lambda: ops.rope(q, cos, cos))
+    if hasattr(ops, "qk_norm_rope"):  # the fused q/k norm + RoPE the forward runs instead
+        heads = cfg.num_heads, cfg.num_kv_heads
+        qkv = cp.ones((streams, (heads[0] + 2 * heads[1]) * cfg.head_dim), dtype=cp.float32)
+        out["qk_norm_rope_ms_x_layers"] = cfg.num_layers * _gpu_ms(
+            lambda: ops.qk_norm_rope(qkv, *heads, layer.q_norm, layer.k_norm, 1e-6, cos, cos)
+        )
     gu = cp.ones((streams, 2 * cfg.intermediate_size), dtype=cp.float32)
     inter = cfg.intermediate_size
     out["silu_ms_x_layers"] = cfg.num_layers * _gpu_ms(

@@ -103,7 +103,9 @@ __device__ __forceinline__ float group_sum(float* red, int t, int D, float v) {
 }
 
 // Causal attention of q [n, Hq, D] over keys stored in pages, one block per (row, q head) of
-// ATT_NG groups of D threads (D a power of two, a multiple of 32). Row r sees keys 0..last[r]
+// ATT_NG groups of D threads (D = head_dim, a template parameter: 32, 64, 128 or 256, so the
+// loops over a lane's dims unroll and a warp issues the loads of G keys before it sums any:
+// the scoring waits on memory about once per G keys, not once per dim). Row r sees keys 0..last[r]
 // of its stream, through its page list ptab[poff[r]..]. Keys are cut into chunks of D at
 // absolute positions; chunk c belongs to group c % ATT_NG, which takes its chunks in order
 // with an online softmax. Per chunk: each warp scores every nwarps-th key (each lane sums its
@@ -112,15 +114,17 @@ __device__ __forceinline__ float group_sum(float* red, int t, int D, float v) {
 // interleaved partial sums, merged by a fixed tree). At the end the groups' (max, sum,
 // output) merge in group order. Every order depends on last[r] and D alone, never on other
 // rows; no atomics, nothing split across blocks.
-template <int KIND>
+template <int KIND, int D>
 __device__ void attend_paged(const float* q, const void* kc, const void* vc,
                              const signed char* ke, const signed char* ve, const int* ptab,
                              const int* poff, const int* last_pos, float* out, int hq, int hkv,
                              int page_rows, float scale) {
     extern __shared__ float sh[];
-    const int D = blockDim.x / ATT_NG, g = threadIdx.x / D, t = threadIdx.x % D;
-    const int lane = t & 31, warp = t >> 5, nwarps = D >> 5, per = D >> 5;
-    const int GD = ATT_NG * D;
+    constexpr int per = D / 32, nwarps = D / 32, GD = ATT_NG * D;
+    // keys scored at once by one warp: all their loads are issued before the first sum
+    constexpr int G = per <= 4 ? 2 * ATT_G : ATT_G;
+    const int g = threadIdx.x / D, t = threadIdx.x % D;
+    const int lane = t & 31, warp = t >> 5;
     float* qs = sh;
     float* ps = sh + D + g * D;
     float* red = sh + D + GD + g * D;
@@ -149,25 +153,34 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         }
         __syncthreads();
         if (live) {
-            for (int jb = warp; jb < D && c0 + jb <= last; jb += nwarps * ATT_G) {
-                float part[ATT_G];
+            float qr[per];
 #pragma unroll
-                for (int gg = 0; gg < ATT_G; ++gg) {
+            for (int i = 0; i < per; ++i) qr[i] = qs[lane * per + i];
+            for (int jb = warp; jb < D && c0 + jb <= last; jb += nwarps * G) {
+                float kv[G][per];
+#pragma unroll
+                for (int gg = 0; gg < G; ++gg) {
                     const int jj = jb + gg * nwarps;
-                    part[gg] = 0.0f;
                     if (jj < D && c0 + jj <= last) {
                         const long long base = (long long)rows[jj] * D + lane * per;
                         const float ex = KIND == KIND_FP8 ? kex[jj] : 0.0f;
-                        for (int i = 0; i < per; ++i)
-                            part[gg] = part[gg] + qs[lane * per + i] * load_code<KIND>(kc, base + i, ex);
+#pragma unroll
+                        for (int i = 0; i < per; ++i) kv[gg][i] = load_code<KIND>(kc, base + i, ex);
+                    } else {
+#pragma unroll
+                        for (int i = 0; i < per; ++i) kv[gg][i] = 0.0f;
                     }
                 }
 #pragma unroll
-                for (int gg = 0; gg < ATT_G; ++gg) {
+                for (int gg = 0; gg < G; ++gg) {
+                    float part = 0.0f;  // this lane's dims in order, then a fixed shuffle tree
+#pragma unroll
+                    for (int i = 0; i < per; ++i) part = part + qr[i] * kv[gg][i];
+#pragma unroll
                     for (int off = 16; off > 0; off >>= 1)
-                        part[gg] = part[gg] + __shfl_down_sync(0xffffffffu, part[gg], off);
+                        part = part + __shfl_down_sync(0xffffffffu, part, off);
                     const int jj = jb + gg * nwarps;
-                    if (lane == 0 && jj < D) ps[jj] = part[gg];
+                    if (lane == 0 && jj < D) ps[jj] = part;
                 }
             }
         }
@@ -234,8 +247,11 @@ __global__ void to_bf16(const float* x, unsigned short* y, long long n_in, long 
     if (i < n_out) y[i] = i < n_in ? f32_to_bf16(x[i]) : (unsigned short)0;
 }
 
-// y = x * (1 / sqrt(mean(x^2) + eps)) * w over the last axis of `cols`; one block per row
-__global__ void rms_norm(const float* x, const float* w, float* y, int cols, float eps) {
+// y = x * (1 / sqrt(mean(x^2) + eps)) * w over the last axis of `cols`; one block per row.
+// Where yb is not null, the same values as bf16 bits too (what to_bf16 would make of y: the
+// input of the GEMM that follows, so it needs no conversion launch of its own).
+__global__ void rms_norm(const float* x, const float* w, float* y, unsigned short* yb, int cols,
+                         float eps) {
     extern __shared__ float red[];
     const float* xr = x + (long long)blockIdx.x * cols;
     float* yr = y + (long long)blockIdx.x * cols;
@@ -243,7 +259,11 @@ __global__ void rms_norm(const float* x, const float* w, float* y, int cols, flo
     for (int i = threadIdx.x; i < cols; i += blockDim.x) part = part + xr[i] * xr[i];
     float var = tree_sum(red, part) / (float)cols;
     float inv = 1.0f / sqrtf(var + eps);
-    for (int i = threadIdx.x; i < cols; i += blockDim.x) yr[i] = (xr[i] * inv) * w[i];
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+        const float v = (xr[i] * inv) * w[i];
+        yr[i] = v;
+        if (yb) yb[(long long)blockIdx.x * cols + i] = f32_to_bf16(v);
+    }
 }
 
 // x [n, heads, D], cos/sin [n, D/2]: rotate_half as Hugging Face does
@@ -260,26 +280,63 @@ __global__ void rope(const float* x, const float* cos_t, const float* sin_t, flo
     y[base + half + j] = x2 * c + x1 * s;
 }
 
+// q and k of one qkv output row [n, stride] (q heads, then k heads, adjacent, D floats each):
+// each head RMS-normed with its weight (qw for q heads, kw for k heads), then roped; written to
+// q [n, hq, D] and k [n, hkv, D]. One block of D threads per (row, head); the norm is rms_norm's
+// arithmetic at cols = D (a power of two <= 256: one element a thread, the same tree), the
+// rotation rope's. One launch in place of copy, norm and RoPE of q and of k.
+__global__ void qk_norm_rope(const float* qkv, long long stride, const float* qw, const float* kw,
+                             const float* cos_t, const float* sin_t, float* qo, float* ko,
+                             int hq, int hkv, float eps) {
+    extern __shared__ float red[];  // D floats for the tree, then D for the normed head
+    const int D = blockDim.x, t = threadIdx.x, half = D / 2;
+    const long long row = blockIdx.x;
+    const int hh = blockIdx.y;
+    const bool is_q = hh < hq;
+    const float x = qkv[row * stride + (long long)hh * D + t];
+    const float var = tree_sum(red, 0.0f + x * x) / (float)D;
+    const float inv = 1.0f / sqrtf(var + eps);
+    float* nrm = red + D;
+    nrm[t] = (x * inv) * (is_q ? qw : kw)[t];
+    __syncthreads();
+    const int j = t < half ? t : t - half;
+    const float c = cos_t[row * half + j], s = sin_t[row * half + j];
+    float y;
+    if (t < half) {
+        const float x1 = nrm[t], x2 = nrm[t + half];
+        y = x1 * c - x2 * s;
+    } else {
+        const float x1 = nrm[j], x2 = nrm[t];
+        y = x2 * c + x1 * s;
+    }
+    if (is_q)
+        qo[(row * hq + hh) * D + t] = y;
+    else
+        ko[(row * hkv + (hh - hq)) * D + t] = y;
+}
+
 // y [n, inter] = silu(gate) * up; gate and up rows are `gs` and `us` floats apart (they may be
-// the two halves of one fused gate_up output)
-__global__ void silu_mul(const float* gate, const float* up, float* y, int inter, long long gs,
-                         long long us, long long total) {
+// the two halves of one fused gate_up output); where yb is not null, y's bf16 bits too
+__global__ void silu_mul(const float* gate, const float* up, float* y, unsigned short* yb,
+                         int inter, long long gs, long long us, long long total) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
     long long row = i / inter;
     int j = (int)(i % inter);
     float g = gate[row * gs + j], u = up[row * us + j];
-    y[i] = (g / (1.0f + expf(-g))) * u;
+    const float v = (g / (1.0f + expf(-g))) * u;
+    y[i] = v;
+    if (yb) yb[i] = f32_to_bf16(v);
 }
 
 // Encode rows k/v [n, Hkv, D] into their slots (page * page_rows + row) of the pages
 // [slots, Hkv, D]; the bytes equal engine/kv/codec.py's. One block per (row, head),
-// blockDim.x == D.
+// blockDim.x == D. Rows of x are `xstride` floats apart (a column slice of a wider output).
 __global__ void kv_store(const float* x, const long long* slots, void* codes,
-                         signed char* exps, int kind, int hkv) {
+                         signed char* exps, int kind, int hkv, long long xstride) {
     extern __shared__ float red[];
     int D = blockDim.x, t = threadIdx.x;
-    long long src = ((long long)blockIdx.x * hkv + blockIdx.y) * D;
+    long long src = (long long)blockIdx.x * xstride + (long long)blockIdx.y * D;
     long long dst_row = slots[blockIdx.x] * hkv + blockIdx.y;
     float v = x[src + t];
     if (kind == KIND_F32) {
@@ -302,9 +359,19 @@ __global__ void kv_store(const float* x, const long long* slots, void* codes,
         const signed char *ve, const int *ptab, const int *poff, const int *last_pos,  \
         float *out, int hq, int hkv, int page_rows, float scale
 #define ATTEND_PASS q, kc, vc, ke, ve, ptab, poff, last_pos, out, hq, hkv, page_rows, scale
-
-__global__ void attend_f32(ATTEND_ARGS) { attend_paged<KIND_F32>(ATTEND_PASS); }
-__global__ void attend_bf16(ATTEND_ARGS) { attend_paged<KIND_BF16>(ATTEND_PASS); }
-__global__ void attend_fp8(ATTEND_ARGS) { attend_paged<KIND_FP8>(ATTEND_PASS); }
+// one kernel per code kind and head_dim (32, 64, 128, 256): attend_<kind>_<D>
+// (launch bounds: at D = 256 a block has 1024 threads, which caps a thread at 64 registers)
+#define ATTEND_KERNEL(NAME, KIND, D)                                     \
+    __global__ void __launch_bounds__(ATT_NG * D) NAME##_##D(ATTEND_ARGS) { \
+        attend_paged<KIND, D>(ATTEND_PASS);                              \
+    }
+#define ATTEND_KERNELS(D)                     \
+    ATTEND_KERNEL(attend_f32, KIND_F32, D)   \
+    ATTEND_KERNEL(attend_bf16, KIND_BF16, D) \
+    ATTEND_KERNEL(attend_fp8, KIND_FP8, D)
+ATTEND_KERNELS(32)
+ATTEND_KERNELS(64)
+ATTEND_KERNELS(128)
+ATTEND_KERNELS(256)
 
 }  // extern "C"

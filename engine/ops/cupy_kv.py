@@ -135,11 +135,13 @@ class CupyKV:
 
     def store(self, x: Any, slots: Any, codes: Any, exps: Any) -> None:
         """Encode rows x [n, Hkv, D] into `slots` of `codes` (and `exps` for fp8)."""
-        x = cp.ascontiguousarray(x, dtype=cp.float32)
         n, hkv, d = x.shape
+        if x.dtype != cp.float32 or x.strides[1:] != (d * 4, 4) or x.strides[0] % 4:
+            x = cp.ascontiguousarray(x, dtype=cp.float32)  # else rows may be apart (a slice)
         if n == 0:
             return
         from engine.ops.cupy_ops import KINDS
 
         args = (x, slots, codes, exps if exps is not None else slots, np.int32(KINDS[self.kind]))
-        self.ops.k["kv_store"]((n, hkv), (d,), (*args, np.int32(hkv)), shared_mem=d * 4)
+        tail = (np.int32(hkv), np.int64(x.strides[0] // 4))
+        self.ops.k["kv_store"]((n, hkv), (d,), (*args, *tail), shared_mem=d * 4)

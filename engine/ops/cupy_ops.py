@@ -31,6 +31,7 @@ from engine.errors import EngineFailure
 F32 = cp.float32
 KINDS = {"f32": 0, "bf16": 1, "fp8": 2}
 _SOURCE = Path(__file__).with_name("cupy_kernels.cu")
+ATTEND_HEAD_DIMS = (32, 64, 128, 256)  # attend_<kind>_<D> in cupy_kernels.cu
 
 
 @dataclass
@@ -49,6 +50,11 @@ class CupyWeight:
 
 def _blocks(total: int, threads: int = 256) -> tuple[int, ...]:
     return (max(1, -(-total // threads)),)
+
+
+def _ptr(a: Any) -> Any:
+    """A kernel's optional array argument: the array, or a null pointer."""
+    return a if a is not None else np.uint64(0)
 
 
 def _unit_cols(a: Any) -> Any:
@@ -71,13 +77,18 @@ class CupyOps:
         # eagerly (the same bits: tests/engine/test_cupy_backend.py)
         self.graphs = os.environ.get("ENGINE_CUPY_GRAPHS", "1") != "0"
         self.probe = probe
+        self._bf16: tuple[Any, Any] | None = None  # (y, its bf16 bits): see _bf16_out
         self.key_block = 0  # attention chunks are head_dim keys long (see the kernel)
         self.module = cp.RawModule(code=_SOURCE.read_text(), options=("-std=c++17",))
         self.k = {
             n: self.module.get_function(n)
-            for n in ("to_bf16", "rms_norm", "rope", "silu_mul", "kv_store")
+            for n in ("to_bf16", "rms_norm", "rope", "silu_mul", "kv_store", "qk_norm_rope")
         }
-        self.attend_k = {kind: self.module.get_function(f"attend_{kind}") for kind in KINDS}
+        self.attend_k = {
+            (kind, d): self.module.get_function(f"attend_{kind}_{d}")
+            for kind in KINDS
+            for d in ATTEND_HEAD_DIMS
+        }
         self.blas = Cublas()
         # provenance: GPU, NVIDIA driver, CUDA driver API and runtime, cuBLAS, CuPy
         self.info = device_info(self.blas.version)
@@ -100,17 +111,40 @@ class CupyOps:
             self.probe_linear(weight)
         return weight
 
+    def _bf16_out(self, y: Any) -> Any:
+        """The bf16 twin of a 2-D output y that a kernel is about to write (rows padded to
+        the tile with zeros, as linear's conversion makes them), remembered for the next
+        linear of exactly y; None (write no twin) for other shapes."""
+        if y.ndim != 2 or not y.shape[0]:
+            return None
+        m, k = y.shape
+        padded = -(-m // self.row_tile) * self.row_tile
+        yb = cp.empty((padded, k), dtype=cp.uint16)
+        if padded > m:
+            yb[m:] = 0
+        self._bf16 = (y, yb)
+        return yb
+
     def linear(self, x: Any, w: CupyWeight) -> Any:
-        x = cp.ascontiguousarray(x, dtype=F32)
-        m, k = x.shape
+        twin = self._bf16
+        if twin is not None and x is twin[0]:
+            # x came from rms_norm or silu_mul, which wrote its bf16 bits beside it: the same
+            # bits to_bf16 would make (f32_to_bf16 of the same floats), one launch fewer
+            xb = twin[1]
+            m, k = x.shape
+        else:
+            x = cp.ascontiguousarray(x, dtype=F32)
+            m, k = x.shape
+            xb = None
         if k != w.k:
             raise EngineFailure(f"cupy linear: input has {k} columns, weight expects {w.k}")
         t = self.row_tile
         padded = max(1, -(-m // t)) * t
-        xb = cp.empty((padded, k), dtype=cp.uint16)
-        self.k["to_bf16"](
-            _blocks(padded * k), (256,), (x, xb, np.int64(m * k), np.int64(padded * k))
-        )
+        if xb is None:
+            xb = cp.empty((padded, k), dtype=cp.uint16)
+            self.k["to_bf16"](
+                _blocks(padded * k), (256,), (x, xb, np.int64(m * k), np.int64(padded * k))
+            )
         y = cp.empty((padded, w.n), dtype=F32)
         xs, ys = k * 2, w.n * 4  # bytes per row
         for i in range(0, padded, t):
@@ -146,9 +180,10 @@ class CupyOps:
         rows = x.size // cols
         y = cp.empty_like(x)
         if rows:
+            yb = self._bf16_out(y)
             threads = 256 if cols >= 256 else 1 << max(0, (cols - 1).bit_length())
             self.k["rms_norm"](
-                (rows,), (threads,), (x, w, y, np.int32(cols), np.float32(eps)),
+                (rows,), (threads,), (x, w, y, _ptr(yb), np.int32(cols), np.float32(eps)),
                 shared_mem=threads * 4,
             )  # fmt: skip
         return y
@@ -163,13 +198,35 @@ class CupyOps:
             self.k["rope"](_blocks(total), (256,), args)
         return y
 
+    def qk_norm_rope(
+        self, qkv: Any, hq: int, hkv: int, qw: Any, kw: Any, eps: float, cos: Any, sin: Any
+    ) -> tuple[Any, Any] | None:
+        """q [n, hq, D] and k [n, hkv, D] of a qkv output [n, (hq + 2 hkv) D], each head
+        RMS-normed and roped, in one launch (project_qkv's rope(rms_norm(.)) otherwise); None
+        where the head dim does not suit the kernel."""
+        n, cols = qkv.shape
+        d = cols // (hq + 2 * hkv)
+        if d not in ATTEND_HEAD_DIMS or qkv.dtype != F32 or qkv.strides[1] != 4:
+            return None
+        q = cp.empty((n, hq, d), dtype=F32)
+        k = cp.empty((n, hkv, d), dtype=F32)
+        if n:
+            args = (qkv, np.int64(qkv.strides[0] // 4), qw, kw, cos, sin, q, k)
+            self.k["qk_norm_rope"](
+                (n, hq + hkv), (d,), (*args, np.int32(hq), np.int32(hkv), np.float32(eps)),
+                shared_mem=2 * d * 4,
+            )  # fmt: skip
+        return q, k
+
     def silu_mul(self, gate: Any, up: Any) -> Any:
         gate, up = _unit_cols(gate), _unit_cols(up)
         n, inter = gate.shape
         y = cp.empty((n, inter), dtype=F32)
         if n:
             gs, us = gate.strides[0] // 4, up.strides[0] // 4
-            args = (gate, up, y, np.int32(inter), np.int64(gs), np.int64(us), np.int64(n * inter))
+            yb = self._bf16_out(y)
+            sizes = (np.int32(inter), np.int64(gs), np.int64(us), np.int64(n * inter))
+            args = (gate, up, y, _ptr(yb), *sizes)
             self.k["silu_mul"](_blocks(n * inter), (256,), args)
         return y
 
@@ -192,8 +249,8 @@ class CupyOps:
         q = cp.ascontiguousarray(q, dtype=F32)
         n, hq, d = q.shape
         hkv = kc.shape[-2]
-        if d % 32 or d & (d - 1) or d > 1024:
-            raise EngineFailure(f"cupy attention: head_dim {d} must be a power of two >= 32")
+        if d not in ATTEND_HEAD_DIMS:
+            raise EngineFailure(f"cupy attention: head_dim {d} is not one of {ATTEND_HEAD_DIMS}")
         ptab, poff, last, page_rows = meta
         out = cp.empty_like(q)
         if n:
@@ -203,7 +260,7 @@ class CupyOps:
             args = (q, kc, vc, ke, ve, ptab, poff, last, out, *sizes, np.float32(1.0 / np.sqrt(d)))
             ng = 4  # ATT_NG in cupy_kernels.cu
             shared = (d + 5 * ng * d + 2 * ng) * 4
-            self.attend_k[kind]((n, hq), (d * ng,), args, shared_mem=shared)
+            self.attend_k[kind, d]((n, hq), (d * ng,), args, shared_mem=shared)
         return out
 
     def attention(self, q: Any, k: Any, v: Any, q_pos: np.ndarray) -> Any:

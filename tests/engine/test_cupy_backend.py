@@ -87,6 +87,59 @@ def test_attention_matches_numpy_and_one_key_is_exact(ops) -> None:  # type: ign
     assert got[0].tobytes() == np.repeat(v[0], 2, axis=0).tobytes()
 
 
+def test_bf16_twin_of_norm_and_silu_equals_conversion(ops) -> None:  # type: ignore[no-untyped-def]
+    """linear of an rms_norm or silu_mul output (which hands linear its bf16 bits, written by
+    the same kernel) equals linear of a copy of it (converted by to_bf16), bit for bit, at a
+    full and a partial row tile."""
+    rng = np.random.default_rng(6)
+    w = ops.prepare_linear(rng.standard_normal((96, 64)).astype(np.float32))
+    nw = ops.asarray(rng.standard_normal(64).astype(np.float32))
+    for m in (ops.row_tile, 5):
+        x = ops.asarray(rng.standard_normal((m, 64)).astype(np.float32))
+        for kind in ("norm", "silu"):
+            y = ops.rms_norm(x, nw, 1e-6) if kind == "norm" else ops.silu_mul(x, x[:, ::-1])
+            assert ops._bf16 is not None and ops._bf16[0] is y  # the twin is y's
+            fused = ops.to_numpy(ops.linear(y, w))
+            plain = ops.to_numpy(ops.linear(y.copy(), w))
+            assert fused.tobytes() == plain.tobytes()
+
+
+def test_qk_norm_rope_matches_numpy(ops) -> None:  # type: ignore[no-untyped-def]
+    """The fused q/k norm + RoPE of a qkv row (v columns left alone) against numpy in
+    float64, at head dims 32 and 128."""
+    rng = np.random.default_rng(4)
+    hq, hkv, n = 4, 2, 5
+    for d in (32, 128):
+        qkv = rng.standard_normal((n, (hq + 2 * hkv) * d)).astype(np.float32)
+        qw, kw = rng.standard_normal((2, d)).astype(np.float32)
+        cos, sin = rng.standard_normal((2, n, d // 2)).astype(np.float32)
+        got = ops.qk_norm_rope(ops.asarray(qkv), hq, hkv, ops.asarray(qw), ops.asarray(kw),
+                               1e-6, ops.asarray(cos), ops.asarray(sin))  # fmt: skip
+        x64 = qkv.astype(np.float64)
+        for out, x, w in (
+            (got[0], x64[:, : hq * d].reshape(n, hq, d), qw),
+            (got[1], x64[:, hq * d : (hq + hkv) * d].reshape(n, hkv, d), kw),
+        ):
+            y = x / np.sqrt(np.mean(x**2, -1, keepdims=True) + 1e-6) * w
+            y1, y2, c, s = y[..., : d // 2], y[..., d // 2 :], cos[:, None], sin[:, None]
+            want = np.concatenate([y1 * c - y2 * s, y2 * c + y1 * s], -1)
+            np.testing.assert_allclose(ops.to_numpy(out), want, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_head_dims_match_numpy(ops) -> None:  # type: ignore[no-untyped-def]
+    """Each compiled head dim (attend_<kind>_<D>) against numpy, over several key chunks."""
+    from engine.ops.numpy_ops import NumpyOps
+
+    rng = np.random.default_rng(5)
+    for d in (32, 128, 256):
+        q = rng.standard_normal((4, 4, d)).astype(np.float32)
+        k, v = rng.standard_normal((2, 5 * d + 3, 2, d)).astype(np.float32)
+        pos = np.array([0, d - 1, 3 * d + 1, 5 * d + 2])
+        got = ops.to_numpy(ops.attention(ops.asarray(q), ops.asarray(k), ops.asarray(v), pos))
+        want = NumpyOps().attention(q, k, v, pos)
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+
+
 def test_graph_decode_equals_eager(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Decode steps replayed from one CUDA graph give the eager forward's logits and KV
     bytes, for 1 and 3 streams, with the padded rows kept out of the streams' pages."""
