@@ -149,10 +149,9 @@ def project_qkv(
     q = qkv[:, : hq * d].reshape(n, hq, d)
     k = qkv[:, hq * d : (hq + hkv) * d].reshape(n, hkv, d)
     v = qkv[:, (hq + hkv) * d :].reshape(n, hkv, d)
-    # a backend may fuse the two norms and RoPEs into one kernel (cupy: qk_norm_rope); it is
-    # then the only path, eager or graph, so its bits are the backend's bits
-    fused = getattr(ops, "qk_norm_rope", None)
-    qk = fused(qkv, hq, hkv, layer.q_norm, layer.k_norm, eps, cos, sin) if fused else None
+    # a backend may fuse the two norms and RoPEs into one kernel (cupy); it is then the only
+    # path, eager or graph, so its bits are the backend's bits
+    qk = ops.qk_norm_rope(qkv, hq, hkv, layer.q_norm, layer.k_norm, eps, cos, sin)
     if qk is not None:
         return qk[0], qk[1], v
     q = ops.rope(ops.rms_norm(q, layer.q_norm, eps), cos, sin)

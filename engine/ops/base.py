@@ -90,6 +90,13 @@ class Ops(Protocol):
     def attention_many(
         self, items: list[tuple[Array, Array, Array, np.ndarray]]
     ) -> list[Array]: ...
+    def qk_norm_rope(
+        self, qkv: Array, hq: int, hkv: int, qw: Array, kw: Array, eps: float, *cos_sin: Array
+    ) -> tuple[Array, Array] | None:
+        """q and k of a qkv projection, each head RMS-normed and roped, in one fused call,
+        or None where the backend has none (the forward then runs rope(rms_norm(.)))."""
+        ...
+
     def decode_step(self, model: Any, segments: list[Any], kv: KVMemory, taps: tuple) -> Any:
         """The whole forward of a step as one fused call (cupy: a replayed CUDA graph) with
         the bits of the op-by-op forward, or None where the backend has none for it."""

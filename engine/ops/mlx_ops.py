@@ -144,6 +144,9 @@ class MlxOps:
         return self._out(mx.take(x, mx.array(np.asarray(rows, dtype=np.int32)), axis=0))
 
     # ---- memory and attention -------------------------------------------------------
+    def qk_norm_rope(self, *qkv_heads_norms_rope: object) -> None:
+        return None  # not fused: the forward norms and ropes q and k op by op
+
     def decode_step(self, model: object, segments: list, kv: object, taps: tuple) -> None:
         return None  # no fused step: the forward runs op by op
 

@@ -103,6 +103,9 @@ class NumpyOps:
         """One call per stream: padding streams to a common shape measured ~4x slower."""
         return [self.attention(*item) for item in items]
 
+    def qk_norm_rope(self, *qkv_heads_norms_rope: object) -> None:
+        return None  # not fused: the forward norms and ropes q and k op by op
+
     def decode_step(self, model: object, segments: list, kv: object, taps: tuple) -> None:
         return None  # no fused step: the forward runs op by op
 
