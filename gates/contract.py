@@ -1,7 +1,8 @@
 """The engine's command-line contract (docs/contract.md) as the gate runner reads it:
 the flags an arm passes, the reply fields it keeps, and what an engine's capabilities say
 it can run. ``gates`` never imports ``engine``; an engine of an older commit is read
-through the same contract."""
+through the same contract. The bench part (``bench --lockstep``, its schema and metrics)
+is read in ``gates/speed/schema.py``."""
 
 from __future__ import annotations
 

@@ -71,3 +71,31 @@ def test_the_real_engine_lists_what_the_runner_reads():
     for name in ("pages_in_use", "unplanned_allocations", "drafter_states"):
         assert name in caps["metrics_keys"]
     assert contract.missing(caps, widest_config(caps)) is None
+
+
+@pytest.mark.parametrize("root", [REPO, STUB], ids=["real", "stub"])
+def test_the_bench_the_speed_runner_drives_is_the_schema_it_reads(root, tmp_path):
+    """bench --lockstep of each engine: the flags the runner sends, the ready header, a
+    stepped run's answer with every metric the matrix may ask for (gates/speed/schema.py)."""
+    from gates.speed import schema
+    from gates.speed.measure import bench_argv
+
+    model = REPO / "fixtures" / "models" / "tiny-qwen3"
+    spec = {"parallel": [1, 2], "prompt_tokens": 8, "gen_tokens": 3}
+    argv = bench_argv(model, "numpy", spec)
+    asks = [{"parallel": 2, "turn": 1}] * 8 + [{"parallel": 1}]
+    out = subprocess.run(
+        argv,
+        cwd=root,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1"},
+        input="".join(json.dumps(a) + "\n" for a in asks),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    header, *answers = (json.loads(x) for x in out)
+    assert schema.OLDEST <= schema.check_header(header) <= schema.SCHEMA
+    done = [a for a in answers if a.get("done") is True]
+    assert len(done) == 1 and answers[-1]["parallel"] == 1
+    for got, n in ((done[0], 2), (answers[-1], 1)):
+        assert schema.check_run(got, n, list(schema.METRICS)) is got
