@@ -8,6 +8,7 @@ from gates.receipt.table import md_table
 from gates.speed.results import SpeedCell, SpeedRun, Verdict
 from gates.speed.schema import METRICS, label
 
+HEADERS = ["cell", "base", "head", "head/base", "speed", "95% CI", "p (Holm)", "blocks", "verdict"]
 ICON = {
     Verdict.SLOWER: "❌ slower",
     Verdict.FASTER: "🚀 faster",
@@ -48,6 +49,7 @@ def _row(c: SpeedCell) -> list[str]:
         pretty(c.metric, c.parallel),
         _fmt(c.base * scale),
         _fmt(c.head * scale),
+        f"{c.ratio:.3f}",
         f"{c.speed:.3f}",
         ci,
         f"{c.p_holm:.2g}",
@@ -61,7 +63,17 @@ def table(speed: SpeedRun | None) -> str:
         return ""
     return md_table(
         [_row(c) for c in speed.cells],
-        headers=["cell", "base", "head", "speed", "95% CI", "p (Holm)", "blocks", "verdict"],
+        headers=[
+            "cell",
+            "base",
+            "head",
+            "head/base",
+            "speed",
+            "95% CI",
+            "p (Holm)",
+            "blocks",
+            "verdict",
+        ],
     )
 
 
