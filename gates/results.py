@@ -300,27 +300,25 @@ class Equality:
         return self.matched == self.total
 
 
+def _typed(man: dict[str, Any], key: str, cls: Any) -> list[Any]:
+    """A manifest's list under ``key`` as ``cls`` (typed already, or read from JSON)."""
+    out = []
+    for x in man[key]:
+        if isinstance(x, cls):
+            out.append(x)
+        elif isinstance(x, dict):
+            out.append(cls.from_json(x))
+        else:
+            art = "an" if cls.__name__[0] in "AEIOU" else "a"
+            raise TypeError(f"manifest: {key}: a {type(x).__name__}, not {art} {cls.__name__}")
+    return out
+
+
 def arms_of(man: dict[str, Any]) -> list[ArmResult]:
     """The typed arm rows of a manifest (typed already, or read from JSON)."""
-    out = []
-    for a in man["arms"]:
-        if isinstance(a, ArmResult):
-            out.append(a)
-        elif isinstance(a, dict):
-            out.append(ArmResult.from_json(a))
-        else:
-            raise TypeError(f"manifest: an arm is a {type(a).__name__}, not an ArmResult")
-    return out
+    return _typed(man, "arms", ArmResult)
 
 
 def gates_of(man: dict[str, Any]) -> list[GateResult]:
     """The typed gates of a manifest (as written by the evaluate phase, or read from JSON)."""
-    out = []
-    for g in man["gates"]:
-        if isinstance(g, GateResult):
-            out.append(g)
-        elif isinstance(g, dict):
-            out.append(GateResult.from_json(g))
-        else:
-            raise TypeError(f"manifest: a gate is a {type(g).__name__}, not a GateResult")
-    return out
+    return _typed(man, "gates", GateResult)

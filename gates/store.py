@@ -58,38 +58,33 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-@cache
-def gpus() -> list[str]:
-    """NVIDIA GPU names, one per device (empty without nvidia-smi)."""
+def _nvidia_smi(field: str) -> list[str]:
+    """One value of ``field`` per GPU (empty without nvidia-smi or a GPU)."""
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
             capture_output=True,
             text=True,
             timeout=20,
         )
     except (OSError, subprocess.SubprocessError):
         return []
-    return (
-        [ln.strip() for ln in out.stdout.splitlines() if ln.strip()] if out.returncode == 0 else []
-    )
+    if out.returncode != 0:
+        return []
+    return [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
+
+
+@cache
+def gpus() -> list[str]:
+    """NVIDIA GPU names, one per device (empty without nvidia-smi)."""
+    return _nvidia_smi("name")
 
 
 @cache
 def nvidia_driver() -> str:
     """The NVIDIA driver's version ("" without nvidia-smi): part of the fingerprint where
     there are GPUs, since a driver update can change what the GPU computes."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    lines = [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
-    return lines[0] if out.returncode == 0 and lines else ""
+    return next(iter(_nvidia_smi("driver_version")), "")
 
 
 @cache
