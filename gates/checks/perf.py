@@ -1,7 +1,7 @@
 """Speed gates (kept as the entry point of ``gates.run`` and the receipt).
 
 The work is in ``gates.speed``: the bench schema, ABBA blocks of fresh processes, per-cell
-Mann–Whitney tests with bootstrap intervals, Holm correction and verdicts.
+Wilcoxon signed-rank tests of paired blocks with bootstrap intervals, Holm correction and verdicts.
 """
 
 from __future__ import annotations
