@@ -32,8 +32,10 @@ SCHEDULE_METRICS = (
     "max_decode_gap_rounds",
     "short_ttft_rounds",
     "long_gap_rounds",
+    "long_first_step_rounds",
     "debt_without_decoders",
     "priority_inversions",
+    "background_wait_actions",
 )
 # Keys of a schedule rule's body that replace the matrix point's value for its arms.
 SCHEDULE_OVERRIDES = ("prompts", "parallel", "share")

@@ -3,8 +3,10 @@ exact text substitutions that make it. Every ``old`` must occur exactly once in 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+
+from gates.power.plant import Edit, Plant, _p  # noqa: F401  (Edit: re-exported)
+from gates.power.round2 import ROUND2
 
 POLICY = "engine/lanes/policy.py"
 ENGINE = "engine/lanes/engine.py"
@@ -16,25 +18,6 @@ NUMPY_OPS = "engine/ops/numpy_ops.py"
 QWEN3 = "engine/model/qwen3.py"
 SERVE_OPENAI = "engine/serve/openai.py"
 SERVE_WORKER = "engine/serve/worker.py"
-
-
-@dataclass(frozen=True)
-class Edit:
-    file: str
-    old: str
-    new: str
-
-
-@dataclass(frozen=True)
-class Plant:
-    name: str
-    what: str  # one line for the table
-    edits: tuple[Edit, ...]
-    noop: bool = False  # a change that must not change any output bit
-
-
-def _p(name: str, what: str, *edits: tuple[str, str, str], noop: bool = False) -> Plant:
-    return Plant(name, what, tuple(Edit(f, o, n) for f, o, n in edits), noop)
 
 
 PLANTS: tuple[Plant, ...] = (
@@ -225,6 +208,7 @@ PLANTS: tuple[Plant, ...] = (
             "            new = [] if s.done else s.generated[start:]\n",
         ),
     ),
+    *ROUND2,
     # ---- no-op changes: the gates must stay quiet -------------------------------------
     _p(
         "noop-docstring",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ran
-from gates import BadInput, matrix, plan
+from gates import BadInput, matrix, plan, rules
 from gates.checks import acceptance, equality, schedule
 from gates.receipt import render
 
@@ -79,8 +79,10 @@ def test_schedule_metrics_from_a_trace():
         "max_decode_gap_rounds": 2,  # the long step and s1's step
         "short_ttft_rounds": 2,  # s2 waited through two rounds
         "long_gap_rounds": 3,  # three rounds between L's two steps
+        "long_first_step_rounds": 0,  # L's first step came at once
         "debt_without_decoders": 3.0,  # owed at the last step, with no decoder
         "priority_inversions": 0,
+        "background_wait_actions": 0,
     }
     res = schedule.check(
         ran({"trace": trace}), {"max_decode_gap_rounds": 1, "short_ttft_rounds": 2}
@@ -101,6 +103,60 @@ def test_schedule_across_commits_fails_when_worse_and_notes_a_change():
         ran({"trace": base}), ran({"trace": base}), ("max_decode_gap_rounds",), 0
     )
     assert same.ok is True and same.notice is None
+
+
+def test_rounds_ahead_of_a_due_long_step_read_as_worse_not_better():
+    """A head that decodes until its decoder is done before a long prompt's first step has
+    smaller decode gaps and no long gap at all; the first-step wait fails it."""
+    arrive = {"d": "short", "L": "long"}
+    base = [
+        row("short", stepped={"d": 4}, arrived=arrive, first=["d"]),
+        row("long", decoding=["d"], stepped={"L": 64}),
+        row("round", decoding=["d"], decoded=["d"]),
+        row("long", decoding=["d"], stepped={"L": 64}),
+        row("round", decoding=["d"], decoded=["d"], fin={"d": "length"}),
+    ]
+    head = [
+        row("short", stepped={"d": 4}, arrived=arrive, first=["d"]),
+        row("round", decoding=["d"], decoded=["d"]),
+        row("round", decoding=["d"], decoded=["d"], fin={"d": "length"}),
+        row("long", stepped={"L": 64}),
+        row("long", stepped={"L": 64}),
+    ]
+    mb, mh = schedule.metrics(base), schedule.metrics(head)
+    assert mh["max_decode_gap_rounds"] < mb["max_decode_gap_rounds"]
+    assert mh["long_gap_rounds"] < mb["long_gap_rounds"]
+    assert (mb["long_first_step_rounds"], mh["long_first_step_rounds"]) == (0, 2)
+    names = tuple(rules.SCHEDULE_METRICS)
+    got = schedule.compare(ran({"trace": base}), ran({"trace": head}), names, 0)
+    assert got.ok is False
+    assert got.problems == [
+        "long prompt's rounds to its first step: 0 on base, 2 on head (allowed 0 worse)"
+    ]
+
+
+def test_background_wait_bounds_aging():
+    def step(rid, waiting, arrived=None):
+        r = row("short", stepped={rid: 2}, arrived=arrived, first=[rid], fin={rid: "length"})
+        r["waiting"] = waiting
+        return r
+
+    def stream(aged_at):  # b1 waits while fresh foreground prompts keep arriving
+        rows = [step("f0", ["b1"], {"f0": "short", "b1": "short"})]
+        rows += [step(f"f{i}", ["b1"], {f"f{i}": "short"}) for i in range(1, aged_at)]
+        return [*rows, step("b1", [])]
+
+    bg = frozenset({"b1"})
+    assert schedule.metrics(stream(8), bg)["background_wait_actions"] == 8
+    late = schedule.metrics(stream(9), bg)
+    assert late["background_wait_actions"] == 9 and late["priority_inversions"] == 0
+    assert schedule.metrics(stream(7), bg)["priority_inversions"] == 0  # nobody waited
+    early = stream(7)
+    early[-1]["waiting"] = ["f7"]
+    early[-1]["arrived"] = {"f7": "short"}
+    assert schedule.metrics(early, bg)["priority_inversions"] == 1
+    starved = stream(8)[:-1]  # never stepped: it waited to the end
+    assert schedule.metrics(starved, bg)["background_wait_actions"] == 8
 
 
 def test_acceptance_drop():

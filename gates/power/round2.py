@@ -1,0 +1,32 @@
+"""The second round of plants (issue 23): the blind spots quick had after the first round —
+aging and long prompts' first steps, a prefix cache that keeps an unfed row, a server that
+misreports a reply's end, a prefill whose bits follow the BLAS kernel's row count."""
+
+from __future__ import annotations
+
+from gates.power.plant import Plant, _p
+
+POLICY = "engine/lanes/policy.py"
+
+ROUND2: tuple[Plant, ...] = (
+    _p(
+        "aging-late",
+        "policy._rank: a prompt is aged one pass later (after AGED_AFTER + 1, not AGED_AFTER)",
+        (
+            POLICY,
+            "    return (s.passed_over < AGED_AFTER, not s.foreground, s.rows_left, s.id)\n",
+            "    return (s.passed_over <= AGED_AFTER, not s.foreground, s.rows_left, s.id)\n",
+        ),
+    ),
+    _p(
+        "long-waits-for-decoders",
+        "policy: a due long prompt's first step waits until no stream decodes (rounds go first)",
+        (
+            POLICY,
+            "    if longs and state.debt <= 0:\n",
+            "    started = [s for s in longs if s.has_lane or not decoders]\n"
+            "    if started and state.debt <= 0:\n"
+            "        longs = started\n",
+        ),
+    ),
+)
