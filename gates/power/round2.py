@@ -7,6 +7,7 @@ from __future__ import annotations
 from gates.power.plant import Plant, _p
 
 POLICY = "engine/lanes/policy.py"
+ENGINE = "engine/lanes/engine.py"
 
 ROUND2: tuple[Plant, ...] = (
     _p(
@@ -27,6 +28,15 @@ ROUND2: tuple[Plant, ...] = (
             "    started = [s for s in longs if s.has_lane or not decoders]\n"
             "    if started and state.debt <= 0:\n"
             "        longs = started\n",
+        ),
+    ),
+    _p(
+        "cache-unfed-row",
+        "engine._finish: a stream's pages are cached up to its last token, whose row was never fed",
+        (
+            ENGINE,
+            "            self.plan.release(s.run, s.tokens[: s.fed])\n",
+            "            self.plan.release(s.run, s.tokens)\n",
         ),
     ),
 )
