@@ -30,13 +30,14 @@ from gates.contract import REPLY_KEYS, SERVE_CHOICE_KEYS, engine_args
 from gates.execute import ArmJob, kill, tail
 from gates.results import ArmRun
 
-CLIENT_VERSION = 1  # in a served arm's store key: bump when the client's mapping changes
+CLIENT_VERSION = 2  # in a served arm's store key: bump when the client's mapping changes
 EXTRA_BODY = ("stop_ids", "priority", "draft", "ignore_eos")  # engine fields, in extra_body
 CLIENT_KEYS = ("id", "prompt", "prompt_ids", "messages", "max_tokens", "kind", "arrival")
 CLIENT_KEYS += ("cancel_after", "temperature", "seed", *EXTRA_BODY)
 URL = re.compile(r"http://([0-9A-Za-z.\-\[\]:]+):(\d+)/v1")
 IDLE_WAIT_S = 10.0  # how long a server may take to free what cancelled clients held
 POLL_S = 0.05
+SERVED_KEYS = ("served", "usage", "stream_problems")  # what the client read (checks/client)
 
 
 class ServedError(Exception):
@@ -108,33 +109,58 @@ def _reply_of(rid: str, d: dict[str, Any], chat: bool) -> dict[str, Any]:
         raise ServedError(f"request {rid}: the server's reply has no {', '.join(lack)}")
     text = (ch.get("message") or {}).get("content") if chat else ch.get("text")
     margins = ch["margins"]
+    usage = d.get("usage")
     return {
         "id": rid,
         "ids": ch["token_ids"],
         "text": text or "",
         "token_sha": d.get("token_sha"),
         "finish_reason": ch.get("finish_reason"),
-        "prompt_tokens": (d.get("usage") or {}).get("prompt_tokens"),
+        "prompt_tokens": (usage or {}).get("prompt_tokens"),
         "margins": margins,
         "min_margin": min(margins) if margins else None,
         "logit_hashes": ch["logit_hashes"],
         "drafted": d.get("drafted"),
         "accepted": d.get("accepted"),
+        "served": "plain",
+        "usage": usage if isinstance(usage, dict) else None,
+        "stream_problems": [],
     }
+
+
+def _chunk_problem(d: dict[str, Any], first_id: Any, n: int, ended: bool) -> str | None:
+    """What is out of order or shape in chunk ``n`` of a stream (None: nothing)."""
+    ch = (d.get("choices") or [{}])[0]
+    if d.get("id") != first_id:
+        return f"chunk {n} has id {d.get('id')!r}, chunk 0 {first_id!r}"
+    if ended:
+        return f"chunk {n} came after the chunk with the finish_reason"
+    if ch.get("index", 0) != 0:
+        return f"chunk {n} is for choice {ch.get('index')}"
+    sizes = {k: len(ch[k]) for k in SERVE_CHOICE_KEYS}
+    if len(set(sizes.values())) > 1:
+        return f"chunk {n}: token_ids, margins and logit_hashes of other lengths {sizes}"
+    if ch.get("finish_reason") and sizes["token_ids"]:
+        return f"chunk {n}: the last chunk carries tokens"
+    return None
 
 
 def _streamed(rid: str, events: Any, chat: bool, cancel: int | None) -> dict[str, Any]:
     """Join a stream's chunks into one reply; close it after ``cancel`` tokens (a client
     that disconnects mid-stream: the server must cancel the request and free its lane)."""
     got: dict[str, list[Any]] = {k: [] for k in SERVE_CHOICE_KEYS}
-    text, last, finish = "", {}, None
+    text, last, finish, problems, first_id = "", {}, None, [], None
     try:
-        for ev in events if cancel != 0 else ():
+        for n, ev in enumerate(events if cancel != 0 else ()):
             d = ev.model_dump()
             ch = d["choices"][0]
             for k in SERVE_CHOICE_KEYS:
                 if not isinstance(ch.get(k), list):
                     raise ServedError(f"request {rid}: a streamed chunk has no {k}")
+            if n == 0:
+                first_id = d.get("id")
+            problems += filter(None, [_chunk_problem(d, first_id, n, finish is not None)])
+            for k in SERVE_CHOICE_KEYS:
                 got[k] += ch[k]
             text += ((ch.get("delta") or {}).get("content") if chat else ch.get("text")) or ""
             if ch.get("finish_reason"):
@@ -143,13 +169,15 @@ def _streamed(rid: str, events: Any, chat: bool, cancel: int | None) -> dict[str
                 break
     finally:
         events.close()
-    if cancel is not None and finish is None:
+    cut = cancel is not None and finish is None  # the client hung up: its text is partial
+    if cut:
         got = {k: v[:cancel] for k, v in got.items()}
         finish = "cancelled"
     elif finish is None:
         raise ServedError(f"request {rid}: the stream ended without a finish_reason")
     d = {**last, "choices": [{**got, "text": text, "finish_reason": finish}]}
-    return _reply_of(rid, d, False)
+    reply = {**_reply_of(rid, d, False), "served": "stream", "stream_problems": problems}
+    return {**reply, "text": None} if cut else reply
 
 
 def send(client: Any, model: str, line: dict[str, Any], stream: bool) -> dict[str, Any]:
@@ -278,7 +306,7 @@ def _served(job: ArmJob, live: set[subprocess.Popen] | None, device: str | None)
         result.update(
             status="ok",
             reason="",
-            replies=[{k: r[k] for k in REPLY_KEYS if k in r} for r in replies],
+            replies=[{k: r[k] for k in (*REPLY_KEYS, *SERVED_KEYS) if k in r} for r in replies],
             metrics=metrics,
             trace=None,
         )

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gates.checks import client
 from gates.results import ArmRun, Equality
 
 WINDOW = 8  # tokens of each continuation shown from the first difference
@@ -149,6 +150,26 @@ def _bits_diff(
     return d
 
 
+def _fields_diff(
+    rid: str, ra: dict[str, Any], where: tuple[str, Any, Any], request: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Equal ids and bits, but what a client reads differs (served replies, checks/client)."""
+    name, va, vb = where
+    n = len(ra.get("ids") or [])
+    return {
+        "id": rid,
+        "kind": "fields",
+        "field": name,
+        "a_value": va,
+        "b_value": vb,
+        "prompt_tokens": ra.get("prompt_tokens"),
+        "request": request,
+        "index": None,
+        "a_len": n,
+        "b_len": n,
+    }
+
+
 def compare(
     a: ArmRun,
     b: ArmRun,
@@ -192,10 +213,13 @@ def compare(
             diffs.append(_diff(rid, x, y, requests.get(rid), decode))
             continue
         parted = bits_difference(x, y)
-        if parted is None:
-            matched += 1
-        else:
+        fields = client.difference(x, y) if parted is None else None
+        if parted is not None:
             diffs.append(_bits_diff(rid, x, y, parted, requests.get(rid), decode))
+        elif fields is not None:
+            diffs.append(_fields_diff(rid, x, fields, requests.get(rid)))
+        else:
+            matched += 1
     return Equality(matched, total, skipped, diffs)
 
 

@@ -8,6 +8,7 @@ from gates.power.plant import Plant, _p
 
 POLICY = "engine/lanes/policy.py"
 ENGINE = "engine/lanes/engine.py"
+SERVE_OPENAI = "engine/serve/openai.py"
 
 ROUND2: tuple[Plant, ...] = (
     _p(
@@ -38,5 +39,10 @@ ROUND2: tuple[Plant, ...] = (
             "            self.plan.release(s.run, s.tokens[: s.fed])\n",
             "            self.plan.release(s.run, s.tokens)\n",
         ),
+    ),
+    _p(
+        "serve-length-as-stop",
+        "serve: a reply cut at max_tokens reports finish_reason stop, not length",
+        (SERVE_OPENAI, '"length": "length"', '"length": "stop"'),
     ),
 )

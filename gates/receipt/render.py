@@ -15,6 +15,7 @@ import jinja2
 
 from gates import EXIT_ARM_FAILED, EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, envs, store
 from gates import prompts as prompts_mod
+from gates.checks import client
 from gates.checks.equality import describe_margin
 from gates.checks.lean import lean_counts, lean_line
 from gates.receipt.lists import ARM_CHECKS, crashed, notices, skipped
@@ -114,9 +115,12 @@ def _other_line(o: Comparison) -> str:
         return f"`{o.where}`: {o.reason}"
     d = (o.diffs or [{}])[0]
     what = "same tokens, other bits at token" if d.get("kind") == "bits" else "from index"
+    if d.get("kind") == "fields":
+        what = f"same tokens and bits, other {d.get('field')}"
+    at = f" {d.get('index')}" if d.get("kind") != "fields" else ""
     return (
         f"`{o.where}` ({o.a_name} vs {o.b_name}) {o.matched}/{o.total}; "
-        f"first: `{d.get('id')}` {what} {d.get('index')}"
+        f"first: `{d.get('id')}` {what}{at}"
     )
 
 
@@ -130,6 +134,8 @@ def _diff_line(d: dict[str, Any], an: str, bn: str) -> str:
         return f"{head}: no reply from {bn}"
     if d.get("kind") == "bits":
         return f"{head}: {bits_line(d, an, bn)}"
+    if d.get("kind") == "fields":
+        return f"{head}: {client.line(d, an, bn)}"
     if d.get("error"):
         err = d["error"]
         return f"{head}: error on one side only — {an}: {err.get('a')!r}; {bn}: {err.get('b')!r}"

@@ -136,7 +136,11 @@ def job(tmp_path: Path, worktree: Path, mode: str | None, name: str) -> ArmJob:
 
 @pytest.mark.skipif(not MODEL.is_dir(), reason="no bundled model")
 def test_served_equals_offline_and_planted_server_bugs_show(tmp_path):
-    assert {p.name for p in SERVE_PLANTS} == {"serve-seed-misread", "serve-stream-drops-last"}
+    assert {p.name for p in SERVE_PLANTS} == {
+        "serve-seed-misread",
+        "serve-stream-drops-last",
+        "serve-length-as-stop",
+    }
     caps, why = capabilities(REPO, tmp_path / "cache")
     assert caps is not None, why
     for line in LINES:
@@ -163,6 +167,9 @@ def test_served_equals_offline_and_planted_server_bugs_show(tmp_path):
         want = ["sampled"] if plant.name == "serve-seed-misread" else None
         got_ids = [d["id"] for d in cmp.diffs]
         assert got_ids == want if want else len(got_ids) >= 3, (plant.name, got_ids)
+        if plant.name == "serve-length-as-stop":  # same ids and bits: only the finish differs
+            assert {(d["kind"], d["field"]) for d in cmp.diffs} == {("fields", "finish_reason")}
+            assert {d["id"] for d in cmp.diffs} >= {"text", "sampled", "late"}
 
 
 def test_the_real_server_lists_what_a_served_arm_sends_and_reads(tmp_path):
