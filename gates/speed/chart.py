@@ -11,7 +11,9 @@ from gates.speed.schema import METRICS, label
 HEADERS = ["cell", "base", "head", "head/base", "speed", "95% CI", "p (Holm)", "blocks", "verdict"]
 ICON = {
     Verdict.SLOWER: "❌ slower",
+    Verdict.SLOWER_SMALL: "⚠️ slower (small)",
     Verdict.FASTER: "🚀 faster",
+    Verdict.FASTER_SMALL: "faster (small)",
     Verdict.EQUIVALENT: "✅ equivalent",
     Verdict.INCONCLUSIVE: "inconclusive",
 }

@@ -26,6 +26,8 @@ from gates.speed import estimate, schema, stats
 from gates.speed.lockstep import SampleError, Worker
 from gates.speed.results import SpeedCell, SpeedRun, Verdict
 
+# the runner adds blocks while a cell is one of these (a small loss may yet be *slower*)
+OPEN = (Verdict.INCONCLUSIVE, Verdict.SLOWER_SMALL)
 ORDER = (("base", "head"), ("head", "base"))
 SIDES = ("base", "head")
 KEEP = ("parallel", "cpu_s", "wall_s", "generated_tokens", "prompt_tokens", *schema.METRICS)
@@ -217,7 +219,7 @@ def run_speed(
         out.looks += 1
         out.cells = judge(out.samples, spec, out.max_looks)
         spent, done = time.monotonic() - t0, len(out.samples)
-        open_cells = [c for c in out.cells if c.verdict is Verdict.INCONCLUSIVE]
+        open_cells = [c for c in out.cells if c.verdict in OPEN]
         slower = any(c.verdict is Verdict.SLOWER for c in out.cells)  # failed: a look's
         if slower or not open_cells or done >= spec["max_blocks"] or out.looks >= out.max_looks:
             break  # verdict stands (its alpha is spent), so more blocks cannot undo it

@@ -18,7 +18,9 @@ from gates.results import Status
 
 class Verdict(enum.StrEnum):
     SLOWER = "slower"
+    SLOWER_SMALL = "slower (small)"  # a loss past the tolerance, short of min_effect: no fail
     FASTER = "faster"
+    FASTER_SMALL = "faster (small)"
     EQUIVALENT = "equivalent"
     INCONCLUSIVE = "inconclusive"
 

@@ -20,8 +20,16 @@ Verdicts (``speed`` and its interval ``[lo, hi]``):
 
 * **slower**: Holm-adjusted p <= level, hi < 1 and speed < 1 - min_effect;
 * **faster**: Holm-adjusted p <= level, lo > 1 and speed > 1 + min_effect;
+* **slower (small)**: otherwise, when hi < 1 and 1 - min_effect <= speed < 1 - delta: the
+  interval excludes 1 and the loss is past the tolerance, but short of a *slower* one (it
+  does not fail; the runner keeps adding blocks, as for *inconclusive*);
+* **faster (small)**: the same, mirrored (lo > 1 and 1 + delta < speed <= 1 + min_effect);
 * **equivalent**: otherwise, when 1 - delta <= lo and hi <= 1 + delta;
 * **inconclusive**: anything else (the runner adds blocks while a cell is inconclusive).
+
+So a cell is never *equivalent* when its interval excludes 1 by more than ``delta``: the
+interval would reach past 1 - delta. quick's tolerance is 3 %: a 3.4 % decode loss with
+interval 0.956-0.975 reads *slower (small)*, not *equivalent* as under its old 10 %.
 """
 
 from __future__ import annotations
@@ -150,6 +158,10 @@ def decide(c: SpeedCell, level: float, delta: float, min_effect: float) -> Verdi
             return Verdict.SLOWER
         if lo > 1 and s > 1 + min_effect:
             return Verdict.FASTER
+    if have_ci and hi < 1 and 1 - min_effect <= s < 1 - delta:
+        return Verdict.SLOWER_SMALL
+    if have_ci and lo > 1 and 1 + delta < s <= 1 + min_effect:
+        return Verdict.FASTER_SMALL
     if have_ci and 1 - delta <= lo and hi <= 1 + delta:
         return Verdict.EQUIVALENT
     return Verdict.INCONCLUSIVE

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from gates.speed.measure import judge, max_looks
 from gates.speed.results import SpeedRun, Verdict
 
 BETTER = {m: v.better for m, v in schema.METRICS.items()}
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _pairs(seed: int, n: int, shift: float, noise: float, drift: float = 0.0):
@@ -262,3 +264,31 @@ def test_a_planted_slowdown_fails_at_the_first_look(tmp_path, monkeypatch):
     monkeypatch.delenv("STUB_PREFILL_JITTER")
     same = run_speed(sides, stub, "numpy", spec | {"blocks": 3, "max_blocks": 3}, tmp_path)
     assert same.status is Status.PASS and {c.verdict for c in same.cells} == {Verdict.EQUIVALENT}
+
+
+def test_a_loss_past_the_tolerance_is_slower_small_never_equivalent():
+    # quick's look at a real 4 % decode loss: speed 0.966, interval 0.956-0.975, p 0.002
+    # (Holm 0.008 over 4 cells, level 0.005): under a 10 % band it read "equivalent"
+    c = stats.cell("decode_cpu_s_per_token", 1, [1.0] * 3, [1.0] * 3, "lower")
+    c.speed, c.speed_lo, c.speed_hi, c.p, c.p_holm = 0.966, 0.956, 0.975, 0.002, 0.008
+    assert stats.decide(c, 0.005, 0.10, 0.05) is Verdict.EQUIVALENT  # the old quick band
+    quick = matrix.load(ROOT / "matrices" / "quick.yaml").speed
+    assert quick is not None and quick["delta"] <= 0.03
+    got = stats.decide(c, 0.005, quick["delta"], quick["min_effect"])
+    assert got is Verdict.SLOWER_SMALL and str(got) == "slower (small)"
+    assert chart.ICON[got] == "⚠️ slower (small)"
+    assert stats.decide(c, 0.01, quick["delta"], 0.03) is Verdict.SLOWER  # past min_effect
+    c.speed, c.speed_lo, c.speed_hi = 1 / 0.966, 1 / 0.975, 1 / 0.956
+    assert str(stats.decide(c, 0.005, 0.03, 0.05)) == "faster (small)"
+
+
+def test_equivalent_only_inside_the_tolerance():
+    for s in range(30):
+        shift = 1 + 0.002 * (s - 15)  # -3 % .. +3 % more CPU per token
+        c = _verdict(*_pairs(500 + s, 12, shift, 0.01), delta=0.03, min_effect=0.05)
+        if c.verdict is Verdict.EQUIVALENT:
+            assert 0.97 <= c.speed_lo <= c.speed_hi <= 1.03
+        if c.speed_hi < 1 and 0.95 <= c.speed < 0.97:
+            assert c.verdict is Verdict.SLOWER_SMALL, c
+    small = _verdict(*_pairs(77, 12, 1.035, 0.005), delta=0.03, min_effect=0.05)
+    assert small.verdict is Verdict.SLOWER_SMALL  # 3.5 % more CPU: reported, does not fail
