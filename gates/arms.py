@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gates import HARNESS_VERSION, prompts, refs, served, store
+from gates import HARNESS_VERSION, blas, prompts, refs, served, store
 from gates import envs as envs_mod
 from gates.contract import TRUTH_DRAFTERS, missing, request_keys, writes_trace
 from gates.execute import ArmJob, Progress, base_env, run_all, stored_run
@@ -131,6 +131,12 @@ class ArmRunner:
         if cfg.get("served"):
             key_cfg["served_client"] = served.CLIENT_VERSION
         env = base_env(worktree, cfg["backend"], cfg["flags"], self.cache)
+        if cfg.get("blas"):
+            core, why = self._blas_kernel(arm)
+            if core is None:
+                self._mark(arm, status=Status.NOT_COMPARABLE, reason=why)
+                return
+            env["OPENBLAS_CORETYPE"] = core
         key = self._key(arm, key_cfg, data, env)
         self._mark(arm, key=key)
         hit = stored_run(self.st, key)
@@ -156,6 +162,12 @@ class ArmRunner:
             )
             jobs.append(job)
         pending.setdefault(key, []).append(arm)
+
+    def _blas_kernel(self, arm: Arm) -> tuple[str | None, str]:
+        """The OPENBLAS_CORETYPE of a ``blas: row-variant`` arm (gates/blas.py)."""
+        if arm.config["backend"] != "numpy":
+            return None, "blas: row-variant is for the numpy backend"
+        return blas.row_variant_kernel(self._python(arm.side))
 
     def _drafter_args(self, arm: Arm, key_cfg: dict[str, Any]) -> list[str] | None:
         """``--drafter-model``: the matrix's drafter model, or (oracle, noisy) the plain
@@ -212,7 +224,9 @@ class ArmRunner:
         the environment that can change its bits."""
         cfg = arm.config
         key_env = {
-            k: env[k] for k in sorted(env) if k.startswith("ENGINE_") or k == "OMP_NUM_THREADS"
+            k: env[k]
+            for k in sorted(env)
+            if k.startswith("ENGINE_") or k in ("OMP_NUM_THREADS", "OPENBLAS_CORETYPE")
         }
         key_env.update(envs_mod.key_vars(self.envs.get(arm.side)))
         used = (f"model:{cfg['model']}", f"prompts:{cfg['prompts']}")

@@ -116,6 +116,8 @@ def label(c: dict[str, Any], hide: dict[str, Any] | None = None) -> str:
     parts.extend(f"{k}={v}" for k, v in c["flags"].items())
     if c.get("resumed"):
         parts.append("resumed")
+    if c.get("blas"):
+        parts.append(f"blas={c['blas']}")
     return " ".join(parts)
 
 
@@ -152,7 +154,8 @@ def _points(m: Matrix, gate: Gate) -> list[dict[str, Any]]:
     across = gate.kind.endswith("across_commits") or gate.against == "main"
     if across and "flags" not in where:
         where["flags"] = [{}]  # "flags unset == main": compare with the new flags left off
-    return [p for p in m.points() if _matches(p, where)]
+    extra = {"blas": gate.blas} if gate.blas else {}  # a config key, not an axis
+    return [{**p, **extra} for p in m.points() if _matches(p, where)]
 
 
 def build(m: Matrix, prompt_sets: dict[str, list[dict[str, Any]]]) -> Plan:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gates.axes import AXES, SIDES, fail, norm_value, norm_values, number
+from gates.blas import ROW_VARIANT
 
 GATE_KINDS = (
     "across_commits",
@@ -28,6 +30,7 @@ RESOURCE_LIMITS = (
 )
 SERVED_MODES = {True: "stream", False: "plain"}  # `stream:` of a served rule -> arm value
 SERVED_AGAINST = ("offline", "main", "solo")
+BLAS_KINDS = ("across_commits", "within_commit", "resumed")  # rules that take `blas:`
 SCHEDULE_METRICS = (
     "max_decode_gap_rounds",
     "short_ttft_rounds",
@@ -59,6 +62,7 @@ class Gate:
     max_drop: float = 0.0  # acceptance_across_commits: allowed drop of accepted/drafted
     served: tuple[str, ...] = ()  # served: "stream" and/or "plain" (the arms' API mode)
     against: str = ""  # served: what a served arm must equal (SERVED_AGAINST)
+    blas: str = ""  # "row-variant": the arms run on a BLAS kernel whose bits follow row counts
 
 
 def _where(path: Path, key: str, raw: Any) -> dict[str, list[Any]]:
@@ -95,10 +99,21 @@ def parse_gate(path: Path, i: int, raw: Any) -> Gate:
     if not isinstance(name, str) or not name.strip():
         raise fail(path, f"{key}.name", "a non-empty string", name)
     kinds = [k for k in GATE_KINDS if k in raw]
-    extra = set(raw) - {"name", "where", *GATE_KINDS}
+    extra = set(raw) - {"name", "where", "blas", *GATE_KINDS}
     if extra:
         bad = sorted(extra)[0]
-        raise fail(path, f"{key}.{bad}", f"one of name, where, {', '.join(GATE_KINDS)}", bad)
+        raise fail(path, f"{key}.{bad}", f"one of name, where, blas, {', '.join(GATE_KINDS)}", bad)
+    gate = _parse_kind(path, key, name, kinds, raw)
+    if "blas" not in raw:
+        return gate
+    if raw["blas"] != ROW_VARIANT:
+        raise fail(path, f"{key}.blas", ROW_VARIANT, raw["blas"])
+    if gate.kind not in BLAS_KINDS:
+        raise fail(path, f"{key}.blas", f"a rule of {', '.join(BLAS_KINDS)}", gate.kind)
+    return dataclasses.replace(gate, blas=ROW_VARIANT)
+
+
+def _parse_kind(path: Path, key: str, name: str, kinds: list[str], raw: dict[str, Any]) -> Gate:
     if len(kinds) != 1:
         raise fail(path, key, f"exactly one rule kind of {', '.join(GATE_KINDS)}", sorted(raw))
     kind = kinds[0]

@@ -9,6 +9,7 @@ from gates.power.plant import Plant, _p
 POLICY = "engine/lanes/policy.py"
 ENGINE = "engine/lanes/engine.py"
 SERVE_OPENAI = "engine/serve/openai.py"
+NUMPY_OPS = "engine/ops/numpy_ops.py"
 
 ROUND2: tuple[Plant, ...] = (
     _p(
@@ -44,5 +45,16 @@ ROUND2: tuple[Plant, ...] = (
         "serve-length-as-stop",
         "serve: a reply cut at max_tokens reports finish_reason stop, not length",
         (SERVE_OPENAI, '"length": "length"', '"length": "stop"'),
+    ),
+    _p(
+        "prefill-untiled",
+        "numpy linear: steps of 32 rows or more skip the fixed row tiles (one plain matmul)",
+        (
+            NUMPY_OPS,
+            "    def linear(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:\n",
+            "    def linear(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:\n"
+            "        if x.shape[0] >= 32:  # prefill-sized steps: one plain product\n"
+            "            return np.matmul(np.ascontiguousarray(x, dtype=F32), w)\n",
+        ),
     ),
 )

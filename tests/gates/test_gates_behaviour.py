@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -251,3 +252,44 @@ def test_priority_inversions_count_unaged_background_steps_ahead_of_foreground()
     aged[0]["arrived"]["b1"] = "short"
     aged.append(step("b1", ["f8"], {"f8": "short"}))  # waited 8 actions: aged, may go first
     assert schedule.metrics(aged, frozenset({"b1"}))["priority_inversions"] == 0
+
+
+def test_blas_row_variant_rules_plan_their_own_arms(tmp_path: Path):
+    body = """
+model: m
+prompts: p
+axes: {kv: [bf16], parallel: [1, 4], paging: [off, on]}
+gates:
+  - {name: main, across_commits: {}}
+  - {name: rows, across_commits: {}, blas: row-variant, where: {parallel: 4, paging: on}}
+  - {name: pages, within_commit: {vary: paging, reference: off}, blas: row-variant}
+"""
+    (tmp_path / "m.yaml").write_text(body)
+    pl = plan.build(matrix.load(tmp_path / "m.yaml"), {"p": [{"id": "a", "prompt_ids": [1]}]})
+    rows = [c for c in pl.comparisons if c.gate == "rows"]
+    assert len(rows) == 1 and rows[0].a.config["blas"] == "row-variant"
+    assert "blas=row-variant" in rows[0].b.name
+    assert all("blas" not in c.a.config for c in pl.comparisons if c.gate == "main")
+    assert {c.b.config["parallel"] for c in pl.comparisons if c.gate == "pages"} == {1, 4}
+    for bad, key in (("blas: fast", "gates[0].blas"), ("blas: row-variant", "gates[0].blas")):
+        kind = "across_commits: {}" if bad != "blas: row-variant" else "resource: {}"
+        (tmp_path / "b.yaml").write_text(
+            f"model: m\nprompts: p\ngates:\n  - {{name: x, {kind}, {bad}}}\n"
+        )
+        with pytest.raises(BadInput, match=re.escape(key)):
+            matrix.load(tmp_path / "b.yaml")
+
+
+def test_the_row_variant_kernel_gives_other_bits_at_other_row_counts():
+    import subprocess
+    import sys
+
+    from gates import blas
+
+    core, why = blas.row_variant_kernel(sys.executable)
+    if core is None:
+        pytest.skip(why)
+    env = {"OPENBLAS_CORETYPE": core, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    assert blas._probe(sys.executable, core) == 0, env  # varies by rows, tiles of 8 hold
+    code = subprocess.run([sys.executable, "-c", "import numpy"], env=env, check=False)
+    assert code.returncode == 0

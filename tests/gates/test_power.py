@@ -34,6 +34,11 @@ REQUIRED = {
     "resume-off-by-one",
     "serve-seed-misread",
     "serve-stream-drops-last",
+    "aging-late",
+    "long-waits-for-decoders",
+    "cache-unfed-row",
+    "serve-length-as-stop",
+    "prefill-untiled",
 }
 
 
