@@ -204,8 +204,9 @@ def run_speed(
     while True:
         while len(out.samples) < target:
             spent, done = time.monotonic() - t0, len(out.samples)
-            if done >= spec["blocks"] and spent + spent / done > spec["budget_s"]:
-                break  # the next block would end past the budget: judge what there is
+            if done and spent + spent / done > spec["budget_s"]:
+                out.stopped = "budget"  # the next block would end past it: judge what there is
+                break
             try:
                 out.samples.append(run_block(done, start, spec))
             except SampleError as e:
@@ -222,7 +223,8 @@ def run_speed(
         if slower or not open_cells or done >= spec["max_blocks"] or out.looks >= out.max_looks:
             break  # verdict stands (its alpha is spent), so more blocks cannot undo it
         if spent + spent / done > spec["budget_s"]:
-            break  # not even one more block fits
+            out.stopped = "budget"  # not even one more block fits
+            break
         target = min(spec["max_blocks"], done + spec["add_blocks"])
     out.blocks, out.level = len(out.samples), spec["alpha"] / out.max_looks
     out.schema = out.samples[0]["schema"] if out.samples else None

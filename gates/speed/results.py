@@ -83,6 +83,7 @@ class SpeedRun:
     wall_s: float = 0.0
     schema: int | None = None
     cpu: int | None = None  # the CPU both sides were pinned to
+    stopped: str = ""  # "budget": blocks stopped at budget_s with cells still open
     planted: dict[str, str] | None = None
     spec: dict[str, Any] = field(default_factory=dict)  # the matrix's speed section
     samples: list[dict[str, Any]] = field(default_factory=list)  # timed runs as printed
