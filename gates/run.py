@@ -32,7 +32,7 @@ from gates.checks import equality, lean, perf
 from gates.evaluate import evaluate
 from gates.execute import GPU_BACKENDS, capabilities
 from gates.inputs import Inputs, load_inputs, rel
-from gates.receipt import render
+from gates.receipt import render, schema
 from gates.results import ArmResult, ArmRun, Status
 from gates.speed.results import SpeedRun
 
@@ -218,6 +218,7 @@ def report(
     n_cached = sum(1 for r in rows if r.cached)
     n_nc = sum(1 for r in rows if r.not_comparable)
     manifest = {
+        "schema": schema.SCHEMA,
         "harness_version": HARNESS_VERSION,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "repo": str(inp.root),
