@@ -26,6 +26,7 @@ def _run(a: argparse.Namespace) -> int:
             quiet=a.quiet,
             shard=a.shard,
             lean=not a.no_lean,
+            accept=a.accept,
         )
     )
 
@@ -161,6 +162,12 @@ def _run_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "--no-lean", action="store_true", help="skip the new ruff problems against the merge base"
     )
     r.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    r.add_argument(
+        "--accept",
+        default=None,
+        metavar="FILE",
+        help="accepted slower speed cells, JSON [{cell, by, via}] (python -m gates.github accept)",
+    )
     r.add_argument(
         "--shard",
         type=_shard_arg,

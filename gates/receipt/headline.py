@@ -63,5 +63,9 @@ def verdict(man: dict[str, Any]) -> tuple[str, int]:
                 f"{len(nc)} of {_n(len(arms), 'arm')} not comparable: {_first_line(nc[0].reason)}"
             )
         return f"⚠️ nothing could be compared ({what})", EXIT_ARM_FAILED
-    extra = f" ({len(nc)} of {_n(len(arms), 'arm')} not comparable)" if nc else ""
+    notes = [f"{len(nc)} of {_n(len(arms), 'arm')} not comparable"] if nc else []
+    taken = [a["cell"] for a in man.get("accepted") or [] if a.get("applied")]
+    if taken:
+        notes.append(f"slower {', '.join(taken)} accepted")
+    extra = f" ({'; '.join(notes)})" if notes else ""
     return f"✅ all hold{extra}", EXIT_OK

@@ -13,7 +13,7 @@ from typing import Any
 
 import jinja2
 
-from gates import envs, store
+from gates import accept, envs, store
 from gates import prompts as prompts_mod
 from gates.checks.equality import describe_margin
 from gates.checks.lean import lean_counts, lean_line
@@ -301,6 +301,7 @@ def markdown(man: dict[str, Any], details: bool = True, cap: int | None = None) 
             cap=cap,
             stem=file_stem(man),
             arms_line=arms_line(arm_counts(man)),
+            accepted=accept.lines(man),
         )
     )
 

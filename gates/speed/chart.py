@@ -43,6 +43,8 @@ def _row(c: SpeedCell, budget: bool = False) -> list[str]:
     scale = m.scale if m else 1.0
     ci = "—" if math.isnan(c.speed_lo) else f"{c.speed_lo:.3f}–{c.speed_hi:.3f}"
     verdict = ICON[c.verdict]
+    if c.accepted_by:
+        verdict = f"☑️ slower, accepted by {c.accepted_by}"
     if c.verdict is Verdict.INCONCLUSIVE and budget:
         verdict += ": budget"
     if c.unstable:

@@ -52,6 +52,7 @@ class SpeedCell:
     p_holm: float = 1.0
     level: float = 0.0
     verdict: Verdict = Verdict.INCONCLUSIVE
+    accepted_by: str | None = None  # a slower cell accepted (gates/accept.py): who, how
 
     def to_json(self) -> dict[str, Any]:
         out = {f.name: _num(getattr(self, f.name)) for f in dataclasses.fields(self)}
