@@ -84,6 +84,7 @@ class SpeedRun:
     wall_s: float = 0.0
     schema: int | None = None
     cpu: int | None = None  # the CPU both sides were pinned to
+    cpu_claim: str = ""  # how that CPU was claimed (gates/speed/cpus.py)
     stopped: str = ""  # "budget": blocks stopped at budget_s with cells still open
     planted: dict[str, str] | None = None
     spec: dict[str, Any] = field(default_factory=dict)  # the matrix's speed section

@@ -31,8 +31,10 @@ def test_manifests_of_every_outcome_fit(stub_repo, monkeypatch):
     speed += "speed: {blocks: 3, max_blocks: 3, parallel: [1]}\n"
     (stub_repo.root / "matrices" / "speed.yaml").write_text(speed)
     stub_repo.commit("batch bug, and a speed matrix", BATCH_BUG=True)
-    code, man, _ = run_gates(stub_repo, matrix="matrices/speed.yaml")
+    code, man, md = run_gates(stub_repo, matrix="matrices/speed.yaml")
     assert code == 1 and man["speed"]["cells"]
+    cpu = man["speed"]["cpu"]  # the receipt names the CPU the speed section claimed
+    assert f"on CPU {cpu} (claimed: free of " in md
     _fits(man)
     code, man, _ = run_gates(stub_repo, base="main~1", head="main~1")
     assert code == 0
