@@ -1,4 +1,4 @@
-"""python -m gates run | merge | lean | show | selftest | clean"""
+"""python -m gates run | merge | lean | show | selftest | clean | bisect"""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ def _run(a: argparse.Namespace) -> int:
             quiet=a.quiet,
             shard=a.shard,
             lean=not a.no_lean,
+            accept=a.accept,
         )
     )
 
@@ -84,6 +85,13 @@ def _clean(a: argparse.Namespace) -> int:
     else:
         print(f"removed {len(removed) - 1 if removed else 0} worktree(s) and {cache_root()}")
     return 0
+
+
+def _bisect(a: argparse.Namespace) -> int:
+    from gates.bisect import main as bisect_main
+    from gates.run import log
+
+    return bisect_main(a.repo, a.good, a.bad, a.matrix, a.gate, a.out, a.jobs, log)
 
 
 def _lean(a: argparse.Namespace) -> int:
@@ -155,6 +163,12 @@ def _run_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     )
     r.add_argument("--quiet", action="store_true", help="no progress on stderr")
     r.add_argument(
+        "--accept",
+        default=None,
+        metavar="FILE",
+        help="accepted slower speed cells, JSON [{cell, by, via}] (python -m gates.github accept)",
+    )
+    r.add_argument(
         "--shard",
         type=_shard_arg,
         default=None,
@@ -190,6 +204,19 @@ def _other_parsers(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     ln.add_argument("--head", default="HEAD")
     ln.set_defaults(fn=_lean)
 
+    b = sub.add_parser(
+        "bisect",
+        parents=[common],
+        help="the first commit between --good and --bad where a gate fails",
+    )
+    b.add_argument("--good", required=True, help="a commit where the gates hold")
+    b.add_argument("--bad", required=True, help="a later commit where the gate fails")
+    b.add_argument("--gate", default=None, help="the gate's name (default: any gate fails)")
+    b.add_argument("--matrix", default="matrices/quick.yaml")
+    b.add_argument("--jobs", type=int, default=None, help="arms at once")
+    b.add_argument("--out", default=None, help="receipt folder (default: receipts/)")
+    b.set_defaults(fn=_bisect)
+
 
 def _selftest_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     t = sub.add_parser(
@@ -221,7 +248,7 @@ def _glue_refs(argv: list[str]) -> list[str]:
     out: list[str] = []
     it = iter(argv)
     for a in it:
-        if a in ("--base", "--head"):
+        if a in ("--base", "--head", "--good", "--bad"):
             nxt = next(it, None)
             out.append(a if nxt is None else f"{a}={nxt}")
         else:

@@ -6,7 +6,10 @@ never touched), so it gets a SHA and an engine tree hash like any commit. The sa
 tree always gives the same snapshot SHA, so its worktree and results are reused.
 
 Each commit is checked out as a detached git worktree under the cache folder
-(``$GATES_CACHE`` or ``~/.cache/exact-gates``), reused across runs.
+(``$GATES_CACHE`` or ``~/.cache/exact-gates``), reused across runs. The worktrees belong to a
+bare *mirror* under the cache whose objects are the user's (``objects/info/alternates``), so
+they never show in the user's ``git worktree list``; a worktree a killed run left half made
+is removed by the next run (``gates/mirror.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import IO
 
 import git
 
-from gates import BadInput
+from gates import BadInput, mirror
 
 WORKTREE = "WORKTREE"
 KEEP_WORKTREES = 12  # per repository; the least recently used beyond this are removed
@@ -66,11 +69,15 @@ def repo_root(repo: git.Repo) -> Path:
     return Path(repo.working_tree_dir)
 
 
-def repo_id(repo: git.Repo) -> str:
+def common_dir(repo: git.Repo) -> Path:
     common = Path(repo.git.rev_parse("--git-common-dir"))
     if not common.is_absolute():
         common = repo_root(repo) / common
-    return hashlib.sha256(str(common.resolve()).encode()).hexdigest()[:12]
+    return common.resolve()
+
+
+def repo_id(repo: git.Repo) -> str:
+    return hashlib.sha256(str(common_dir(repo)).encode()).hexdigest()[:12]
 
 
 def resolve(repo: git.Repo, ref: str) -> str:
@@ -176,11 +183,13 @@ def ensure_worktree(repo: git.Repo, sha: str) -> Path:
         return path
     with _locked(root.with_suffix(".lock")):
         root.mkdir(parents=True, exist_ok=True)
+        wt_repo = mirror.ensure(repo, cache_root())
         f = open(root / f"{sha}.lock", "a")  # noqa: SIM115 - held past this function
         try:
             if _try_exclusive(f):  # no other run uses it: make or repair it, then share
-                _make(repo, path, sha)
-                _prune_old(repo, root, keep=KEEP_WORKTREES)
+                _make(wt_repo, path, sha)
+                mirror.drop_stale(wt_repo, root, _remove_unused, keep=path)
+                _prune_old(wt_repo, root, keep=KEEP_WORKTREES)
             fcntl.flock(f, fcntl.LOCK_SH)  # another run uses it: it is whole, share it
         except BaseException:
             f.close()
@@ -198,10 +207,15 @@ def release() -> None:
 
 
 def _make(repo: git.Repo, path: Path, sha: str) -> None:
+    """Make (or repair) the worktree of ``sha`` at ``path``; ``repo`` is the mirror."""
     if path.exists():
         try:
             wt = git.Repo(path)
-            if wt.head.commit.hexsha == sha and not wt.is_dirty(untracked_files=True):
+            if (
+                mirror.owns(repo, path)
+                and wt.head.commit.hexsha == sha
+                and not wt.is_dirty(untracked_files=True)
+            ):
                 return
         except (git.InvalidGitRepositoryError, git.NoSuchPathError, ValueError):
             pass
@@ -212,6 +226,7 @@ def _make(repo: git.Repo, path: Path, sha: str) -> None:
 
 
 def _remove(repo: git.Repo, path: Path) -> None:
+    mirror.unregister_elsewhere(repo, path)  # a worktree an older gates made in the user's repo
     with contextlib.suppress(git.GitCommandError):
         repo.git.worktree("remove", "--force", "--force", str(path))
     if path.exists():
@@ -246,9 +261,10 @@ def clean(repo: git.Repo | None, everything: bool = True) -> list[str]:
         root = worktrees_dir(repo)
         if root.exists():
             with _locked(root.with_suffix(".lock")):
+                wt_repo = mirror.ensure(repo, cache_root())
                 for p in sorted(q for q in root.iterdir() if q.is_dir()):
-                    (removed if _remove_unused(repo, p) else busy).append(str(p))
-                repo.git.worktree("prune")
+                    (removed if _remove_unused(wt_repo, p) else busy).append(str(p))
+                wt_repo.git.worktree("prune")
     cache = cache_root()
     if everything and cache.exists() and not busy:
         with contextlib.ExitStack() as held:  # every worktree lock, so none is taken meanwhile

@@ -18,6 +18,7 @@ from gates import (
     EXIT_OK,
     HARNESS_VERSION,
     BadInput,
+    accept,
     contract,
     envs,
     matrix,
@@ -32,7 +33,7 @@ from gates.checks import equality, lean, perf
 from gates.evaluate import evaluate
 from gates.execute import GPU_BACKENDS, capabilities
 from gates.inputs import Inputs, load_inputs, rel
-from gates.receipt import render
+from gates.receipt import render, schema
 from gates.results import ArmResult, ArmRun, Status
 from gates.speed.results import SpeedRun
 
@@ -50,6 +51,7 @@ class Options:
     quiet: bool = False
     shard: tuple[int, int] | None = None  # (i, n): run only shard i of n
     lean: bool = True  # new ruff problems against the merge base, as a receipt section
+    accept: str | None = None  # a file of accepted slower speed cells (gates/accept.py)
 
 
 def log(msg: str) -> None:
@@ -198,6 +200,7 @@ def extras(
         "lean": None if lean_result is None else lean.as_json(lean_result),
         "environments": envs.as_json(side_envs),
         "command": command_line(opts, inp.root, inp.mpath, sides["base"], sides["head"]),
+        "accepted": accept.from_trailers(repo, mb, sides["head"].sha) + accept.load(opts.accept),
     }
 
 
@@ -218,6 +221,7 @@ def report(
     n_cached = sum(1 for r in rows if r.cached)
     n_nc = sum(1 for r in rows if r.not_comparable)
     manifest = {
+        "schema": schema.SCHEMA,
         "harness_version": HARNESS_VERSION,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "repo": str(inp.root),
@@ -253,6 +257,7 @@ def report(
     }
     if "shards" in run_info:
         manifest["shards"] = run_info["shards"]
+    accept.apply(manifest, run_info.get("accepted") or [])
     verdict, code = render.verdict(manifest)
     manifest["verdict"], manifest["exit_code"] = verdict, code
     md_path, _ = render.write(manifest, out_dir)

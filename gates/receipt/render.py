@@ -13,14 +13,16 @@ from typing import Any
 
 import jinja2
 
-from gates import EXIT_ARM_FAILED, EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, envs, store
+from gates import accept, envs, store
 from gates import prompts as prompts_mod
 from gates.checks import client
 from gates.checks.equality import describe_margin
 from gates.checks.lean import lean_counts, lean_line
+from gates.receipt.counts import arm_counts, arms_line
+from gates.receipt.headline import verdict  # noqa: F401 - render.verdict, as before
 from gates.receipt.lists import ARM_CHECKS, crashed, notices, skipped
 from gates.receipt.table import bullet, fence, md_table
-from gates.results import Cell, Comparison, Status, arms_of, gates_of
+from gates.results import Cell, Comparison, GateResult, Status, arms_of, gates_of
 from gates.speed import chart as speed_chart
 from gates.speed.results import speed_of
 
@@ -29,57 +31,29 @@ DIFFS_SHOWN = 3  # differing requests shown in full per failing gate; the manife
 ICON = {"pass": "✅", "fail": "❌", "could_not_run": "⚠️", "not_comparable": "➖", "empty": "➖"}
 
 
-def verdict(man: dict[str, Any]) -> tuple[str, int]:
-    """(verdict line, exit code) of a manifest."""
-    gates = gates_of(man)
-    failed = [g.name for g in gates if g.status == Status.FAIL]
-    speed = speed_of(man)
-    speed_status = speed.status if speed else None
-    if speed_status == Status.FAIL:
-        failed.append("speed")
-    arms = arms_of(man)
-    crashed = [a for a in arms if a.status == Status.CRASHED]
-    nc = [a for a in arms if a.not_comparable]
-    bad = man.get("bad_values") or []
-    if bad:
-        return f"❌ bad matrix: {bad[0]}", EXIT_BAD_INPUT
-    if failed:
-        return (
-            f"❌ {len(failed)} gate{'s' * (len(failed) > 1)} failed: {', '.join(failed)}",
-            EXIT_GATE_FAILED,
-        )
-    blocked = [g for g in gates if g.status == Status.COULD_NOT_RUN]
-    if crashed or blocked or speed_status == Status.COULD_NOT_RUN:
-        n = len(crashed)
-        what = (
-            f"{n} arm{'s' * (n != 1)} crashed or timed out"
-            if n
-            else f"{len(blocked)} gate{'s' * (len(blocked) != 1)} could not run"
-        )
-        return f"⚠️ could not run: {what}", EXIT_ARM_FAILED
-    if not any(g.status == Status.PASS for g in gates):
-        return "⚠️ nothing could be compared", EXIT_ARM_FAILED
-    extra = f" ({len(nc)} arm{'s' * (len(nc) > 1)} not comparable)" if nc else ""
-    return f"✅ all hold{extra}", EXIT_OK
-
-
 def cell_text(kind: str, cell: Cell | None) -> str:
+    """One notion of *held* for every gate: comparisons (pairs of arms) or arms that hold, out
+    of those judged; an equality gate adds its requests, saying which way they count."""
     if cell is None:
         return "—"
     st, c = cell.status, cell.counts
-    count = f"{cell.matched}/{cell.total}"
+    unit = "arms" if kind in ARM_CHECKS else "pairs"
+    held, judged = c.get("pass", 0), c.get("pass", 0) + c.get("fail", 0)
     nc = f" (+{c['not_comparable']} n/c)" if c.get("not_comparable") else ""
-    if kind in ARM_CHECKS:
-        if st == "pass":
-            return f"✅ {count} arms{nc}"
-        if st == "fail":
-            return f"❌ {cell.total - cell.matched} of {cell.total} arms"
+    reqs = ""
+    if unit == "pairs" and cell.total:
+        differ = cell.total - cell.matched
+        reqs = (
+            f", {differ} of {cell.total} requests differ" if differ else f", {cell.total} requests"
+        )
     if st == "pass":
-        return count + nc
+        return f"✅ {held}/{judged} {unit} hold{reqs}{nc}"
     if st == "fail":
-        return f"❌ {count}"
+        return f"❌ {held}/{judged} {unit} hold{reqs}{nc}"
     if st == "could_not_run":
-        return "⚠️ could not run" + (f" ({count} of the rest)" if cell.total else "")
+        blocked = c.get("could_not_run", 0)
+        rest = f"; {held}/{judged} of the rest hold" if judged else ""
+        return f"⚠️ {blocked} {unit} could not run{rest}"
     return "n/c"
 
 
@@ -332,6 +306,8 @@ def markdown(man: dict[str, Any], details: bool = True, cap: int | None = None) 
             details=details,
             cap=cap,
             stem=file_stem(man),
+            arms_line=arms_line(arm_counts(man)),
+            accepted=accept.lines(man),
         )
     )
 
@@ -383,7 +359,8 @@ def summary(man: dict[str, Any], md_path: Path | None = None) -> str:
         f"{man['base']['sha'][:10]} (exit {man['exit_code']})"
     ]
     for g in gates_of(man):
-        lines.append(f"  {ICON.get(g.status, '')} {g.name}: {g.matched}/{g.total} [{g.status}]")
+        cell = Cell(g.status, g.matched, g.total, _gate_counts(g))
+        lines.append(f"  {ICON.get(g.status, '')} {g.name}: {cell_text(g.kind, cell)}")
     sp = speed_of(man)
     if sp:
         why = sp.reason or speed_chart.summary_line(sp)
@@ -394,3 +371,8 @@ def summary(man: dict[str, Any], md_path: Path | None = None) -> str:
     if md_path is not None:
         lines.append(f"receipt: {md_path}")
     return "\n".join(lines)
+
+
+def _gate_counts(g: GateResult) -> dict[str, int]:
+    states = [str(e.status) for e in g.entries]
+    return {s: states.count(s) for s in set(states)}

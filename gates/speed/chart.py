@@ -40,11 +40,15 @@ def _plain(v: float) -> str:
     return f"{v:.{max(0, 3 - math.floor(math.log10(abs(v))))}f}"
 
 
-def _row(c: SpeedCell) -> list[str]:
+def _row(c: SpeedCell, budget: bool = False) -> list[str]:
     m = METRICS.get(c.metric)
     scale = m.scale if m else 1.0
     ci = "—" if math.isnan(c.speed_lo) else f"{c.speed_lo:.3f}–{c.speed_hi:.3f}"
     verdict = ICON[c.verdict]
+    if c.accepted_by:
+        verdict = f"☑️ slower, accepted by {c.accepted_by}"
+    if c.verdict is Verdict.INCONCLUSIVE and budget:
+        verdict += ": budget"
     if c.unstable:
         verdict += " ⚠️ unstable: " + ", ".join(c.unstable)
     return [
@@ -64,7 +68,7 @@ def table(speed: SpeedRun | None) -> str:
     if speed is None or not speed.cells:
         return ""
     return md_table(
-        [_row(c) for c in speed.cells],
+        [_row(c, speed.stopped == "budget") for c in speed.cells],
         headers=[
             "cell",
             "base",
@@ -113,10 +117,17 @@ def sweep_chart(speed: SpeedRun | None, metric: str = "decode_tok_s") -> str:
 
 
 def summary_line(speed: SpeedRun | None) -> str:
-    if speed is None:
+    """'4 cells: 3 equivalent, 1 inconclusive: budget; 1 of them unstable': each cell
+    counted once, by its verdict; *unstable* is a flag on some of them, not a verdict."""
+    if speed is None or not speed.cells:
         return ""
-    parts = [f"{n} {v}" for v, n in sorted(speed.verdicts().items())]
+    parts = []
+    for v, n in sorted(speed.verdicts().items()):
+        budget = v is Verdict.INCONCLUSIVE and speed.stopped == "budget"
+        parts.append(f"{n} {v}" + (": budget" if budget else ""))
+    n = len(speed.cells)
+    line = f"{n} cell{'s' * (n != 1)}: {', '.join(parts)}"
     unstable = sum(1 for c in speed.cells if c.unstable)
     if unstable:
-        parts.append(f"{unstable} unstable")
-    return ", ".join(parts)
+        line += f"; {unstable} of them unstable"
+    return line

@@ -22,7 +22,7 @@ from typing import Any
 
 from gates.execute import base_env, has_engine
 from gates.results import Status
-from gates.speed import estimate, schema, stats
+from gates.speed import cpus, estimate, schema, stats
 from gates.speed.lockstep import SampleError, Worker
 from gates.speed.results import SpeedCell, SpeedRun, Verdict
 
@@ -51,14 +51,6 @@ def bench_argv(model: Path, backend: str, spec: dict[str, Any]) -> list[str]:
         "--gen-tokens",
         str(spec["gen_tokens"]),
     ]
-
-
-def pin_cpu() -> int | None:
-    """The CPU both sides of every block run on: the last one this runner may use."""
-    try:
-        return max(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return None
 
 
 def _load() -> float | None:
@@ -188,6 +180,24 @@ def run_speed(
     plant: dict[str, str] | None = None,
     pythons: dict[str, str] | None = None,
 ) -> SpeedRun:
+    """The speed section on a CPU claimed for it (gates/speed/cpus.py), named in the result."""
+    with cpus.claim(cache, log=log) as got:
+        out = _run_speed(sides, model, backend, spec, cache, log, plant, pythons, got.cpu)
+        out.cpu_claim = got.note
+        return out
+
+
+def _run_speed(
+    sides: dict[str, Path],
+    model: Path,
+    backend: str,
+    spec: dict[str, Any],
+    cache: Path,
+    log: Any,
+    plant: dict[str, str] | None,
+    pythons: dict[str, str] | None,
+    cpu: int | None,
+) -> SpeedRun:
     """Blocks until no cell is inconclusive or the budget is spent; a verdict per cell.
 
     ``plant`` (calibration only: ``gates.speed.calibrate``) adds environment variables to
@@ -199,15 +209,16 @@ def run_speed(
         if not has_engine(sides[side]):
             out.status, out.reason = Status.NOT_COMPARABLE, f"{side}: the commit has no engine/"
             return out
-    out.cpu = pin_cpu()
+    out.cpu = cpu
     start = _starter(sides, model, backend, spec, cache, plant, pythons, out.cpu)
     out.max_looks = max_looks(spec)
     target = spec["blocks"]
     while True:
         while len(out.samples) < target:
             spent, done = time.monotonic() - t0, len(out.samples)
-            if done >= spec["blocks"] and spent + spent / done > spec["budget_s"]:
-                break  # the next block would end past the budget: judge what there is
+            if done and spent + spent / done > spec["budget_s"]:
+                out.stopped = "budget"  # the next block would end past it: judge what there is
+                break
             try:
                 out.samples.append(run_block(done, start, spec))
             except SampleError as e:
@@ -224,7 +235,8 @@ def run_speed(
         if slower or not open_cells or done >= spec["max_blocks"] or out.looks >= out.max_looks:
             break  # verdict stands (its alpha is spent), so more blocks cannot undo it
         if spent + spent / done > spec["budget_s"]:
-            break  # not even one more block fits
+            out.stopped = "budget"  # not even one more block fits
+            break
         target = min(spec["max_blocks"], done + spec["add_blocks"])
     out.blocks, out.level = len(out.samples), spec["alpha"] / out.max_looks
     out.schema = out.samples[0]["schema"] if out.samples else None

@@ -54,6 +54,7 @@ class SpeedCell:
     p_holm: float = 1.0
     level: float = 0.0
     verdict: Verdict = Verdict.INCONCLUSIVE
+    accepted_by: str | None = None  # a slower cell accepted (gates/accept.py): who, how
 
     def to_json(self) -> dict[str, Any]:
         out = {f.name: _num(getattr(self, f.name)) for f in dataclasses.fields(self)}
@@ -85,6 +86,8 @@ class SpeedRun:
     wall_s: float = 0.0
     schema: int | None = None
     cpu: int | None = None  # the CPU both sides were pinned to
+    cpu_claim: str = ""  # how that CPU was claimed (gates/speed/cpus.py)
+    stopped: str = ""  # "budget": blocks stopped at budget_s with cells still open
     planted: dict[str, str] | None = None
     spec: dict[str, Any] = field(default_factory=dict)  # the matrix's speed section
     samples: list[dict[str, Any]] = field(default_factory=list)  # timed runs as printed

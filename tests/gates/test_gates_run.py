@@ -202,8 +202,11 @@ def test_show_and_clean(stub_repo, capsys, tmp_path):
     assert capsys.readouterr().out == md
     assert main(["show", "--summary", "--repo", str(stub_repo.root)]) == code
     assert "Gates: ✅ all hold" in capsys.readouterr().out
-    wts = git(stub_repo.root, "worktree", "list")
-    assert "exact-gates" in wts or os.environ["GATES_CACHE"] in wts
+    # the gates' worktrees are the cache's mirror's, never in the user's `git worktree list`
+    assert git(stub_repo.root, "worktree", "list").count("\n") == 0
+    mirrors = list((Path(os.environ["GATES_CACHE"]) / "mirrors").glob("*.git"))
+    assert len(mirrors) == 1
+    assert os.environ["GATES_CACHE"] in git(mirrors[0], "worktree", "list")
     assert main(["clean", "--repo", str(stub_repo.root)]) == 0
     assert git(stub_repo.root, "worktree", "list").count("\n") == 0
     assert not Path(os.environ["GATES_CACHE"]).exists()

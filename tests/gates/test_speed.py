@@ -199,7 +199,7 @@ def test_receipt_table_and_chart():
     assert mermaid.startswith("```mermaid\nxychart-beta")
     assert 'x-axis "streams" [1, 2, 4, 8]' in mermaid
     assert "line [300.4, 600.9, 1202, 2404]" in mermaid  # medians over blocks
-    assert chart.summary_line(sp) == "8 slower"
+    assert chart.summary_line(sp) == "8 cells: 8 slower"
     assert chart.table(SpeedRun(Status.PASS)) == "" and chart.sweep_chart(None) == ""
     back = SpeedRun.from_json(json.loads(json.dumps(sp.to_json())))
     assert chart.table(back) == table and back.cells[0].verdict is Verdict.SLOWER

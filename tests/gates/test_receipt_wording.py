@@ -1,0 +1,93 @@
+"""The receipt's counts explain themselves: arms add up, one notion of *held* per gate, speed
+cells counted once, the speed budget honoured, and a run that lost arms says what it lost."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from gates import execute, matrix
+from gates.receipt import render
+from gates.results import Status
+from gates.speed import chart
+from gates.speed.results import SpeedCell, SpeedRun, Verdict
+from tests.gates.conftest import run_gates
+from tests.gates.test_gates_receipt import crash
+
+STUB = Path(__file__).parent / "stub_engine"
+
+
+def _arms_line(md: str) -> str:
+    return next(line for line in md.splitlines() if line.startswith("- matrix "))
+
+
+def test_every_arm_is_counted_once_in_the_line(stub_repo):
+    stub_repo.commit("docs only: the same engine tree on both sides")
+    code, man, md = run_gates(stub_repo)
+    assert code == 0
+    # small.yaml: 2 base arms, 4 head arms; head's 2 at 4 streams are base's (one tree)
+    assert _arms_line(md).startswith(
+        "- matrix small (`matrices/small.yaml`): 6 arms: 4 run, 2 reused from an identical "
+        "arm run now (same engine tree), 0 from cache ·"
+    )
+    code, man, md = run_gates(stub_repo)
+    assert "6 arms: 0 run, 6 from cache ·" in _arms_line(md)
+
+
+def test_one_notion_of_held_per_gate(stub_repo):
+    stub_repo.commit("batch bug", BATCH_BUG=True)
+    code, man, md = run_gates(stub_repo)
+    assert code == 1
+    rows = {line.split(" | ")[0]: line for line in md.splitlines() if line.startswith("| ")}
+    solo = rows["| ❌ concurrent == solo"]
+    assert "❌ 0/1 pairs hold, " in solo and " requests differ" in solo
+    assert rows["| ✅ no pages at idle"].count("✅ 2/2 arms hold") == 2  # head's, per kv
+    summary = render.summary(man)
+    assert "concurrent == solo: ❌ 0/2 pairs hold, " in summary
+    assert "no pages at idle: ✅ 4/4 arms hold" in summary
+
+
+def test_a_run_whose_every_arm_crashed_says_so(stub_repo, monkeypatch):
+    stub_repo.commit("an engine change", MAX_PARALLEL=32)
+    monkeypatch.setattr(execute, "run_arm", lambda job, *a, **k: crash(job))
+    code, man, md = run_gates(stub_repo, "--no-cache")
+    assert code == 3
+    want = "⚠️ could not run: 6 of 6 arms crashed or timed out; 3 of 3 gates could not run"
+    assert man["verdict"] == want
+    assert md.startswith(f"### Gates: {want}")
+    assert "0 gates" not in md
+    assert "6 arms: 6 run, 0 from cache" in _arms_line(md)
+
+
+def _cell(verdict: Verdict, unstable: list[str] | None = None) -> SpeedCell:
+    c = SpeedCell("decode_tok_s", 1, 1.0, 1.0, 12, 1.0, 0.99, 1.01, 1.0, 0.5)
+    c.verdict, c.unstable = verdict, unstable or []
+    return c
+
+
+def test_speed_cells_are_counted_once():
+    eq = Verdict.EQUIVALENT
+    sp = SpeedRun(Status.PASS, cells=[_cell(eq), _cell(eq), _cell(eq, ["spread 6%"])])
+    sp.cells.append(_cell(Verdict.INCONCLUSIVE))
+    assert chart.summary_line(sp) == "4 cells: 3 equivalent, 1 inconclusive; 1 of them unstable"
+    sp.stopped = "budget"
+    assert chart.summary_line(sp).startswith("4 cells: 3 equivalent, 1 inconclusive: budget;")
+    assert "inconclusive: budget" in chart.table(sp)
+
+
+def test_the_speed_budget_stops_blocks(tmp_path):
+    """A budget that one block already spends: no second block, though `blocks` asks for 12
+    (red before: the first `blocks` blocks always ran); every cell says why it is open."""
+    from gates.speed.measure import run_speed
+
+    spec = matrix.SPEED_DEFAULTS | {
+        "parallel": [1],
+        "metrics": ["decode_cpu_s_per_token"],
+        "budget_s": 0.01,
+    }
+    got = run_speed({"base": STUB, "head": STUB}, STUB, "numpy", spec, tmp_path)
+    assert got.blocks == 1 and got.stopped == "budget"
+    assert [c.verdict for c in got.cells] == [Verdict.INCONCLUSIVE]
+    assert math.isnan(got.cells[0].speed_lo)
+    assert chart.summary_line(got) == "1 cell: 1 inconclusive: budget"
+    assert SpeedRun.from_json(got.to_json()).stopped == "budget"
