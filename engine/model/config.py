@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import InputError
+from engine.model.moe_config import MOE_ARCHITECTURES, moe_fields
 
-SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM",)
+SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM", *MOE_ARCHITECTURES)
 
 
 @dataclass(frozen=True)
@@ -28,11 +29,21 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...]
     quantization: dict[str, Any] | None = None
     mtp_layers: int = 0
+    # mixture of experts (qwen3_moe; engine/model/moe_config.py): 0 experts = dense
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = False
+    sparse_layers: tuple[int, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def group_size(self) -> int:
         return self.num_heads // self.num_kv_heads
+
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.sparse_layers)
 
     @classmethod
     def from_dir(cls, model_dir: str | Path) -> ModelConfig:
@@ -100,13 +111,14 @@ class ModelConfig:
                 f"{source}: rope_parameters.rope_type '{rope['rope_type']}' is not supported"
             )
         theta = raw.get("rope_theta", rope.get("rope_theta", 10000.0))
+        layers = need("num_hidden_layers", int)
         eos = raw.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
         return cls(
             vocab_size=need("vocab_size", int),
             hidden_size=hidden,
             intermediate_size=need("intermediate_size", int),
-            num_layers=need("num_hidden_layers", int),
+            num_layers=layers,
             num_heads=heads,
             num_kv_heads=int(kv_heads),
             head_dim=int(head_dim),
@@ -117,5 +129,6 @@ class ModelConfig:
             eos_token_ids=eos_ids,
             quantization=raw.get("quantization") or raw.get("quantization_config"),
             mtp_layers=int(raw.get("num_nextn_predict_layers") or 0),
+            **moe_fields(raw, source, layers),
             raw=raw,
         )

@@ -14,6 +14,7 @@ import numpy as np
 from engine.errors import InputError
 from engine.model.config import ModelConfig
 from engine.ops.base import Array, KVMemory, KVSegment, Ops
+from engine.ops.moe import MoeWeights
 
 
 @dataclass
@@ -43,8 +44,9 @@ class Layer:
     k_norm: Array
     in_norm: Array
     post_norm: Array
-    gate_up: Array
-    down: Array
+    gate_up: Array | None  # dense MLP (None in a sparse layer)
+    down: Array | None
+    moe: MoeWeights | None = None  # sparse MLP (engine/ops/moe.py)
 
 
 @dataclass
@@ -102,18 +104,33 @@ def _get(tensors: dict[str, np.ndarray], name: str) -> np.ndarray:
     return tensors[name]
 
 
-def build_layer(config: ModelConfig, tensors: dict[str, np.ndarray], p: str, ops: Ops) -> Layer:
-    """One decoder layer from tensors named `p` + Qwen3's layer names."""
+def build_layer(
+    config: ModelConfig,
+    tensors: dict[str, np.ndarray],
+    p: str,
+    ops: Ops,
+    sparse: bool | None = None,
+) -> Layer:
+    """One decoder layer from tensors named `p` + Qwen3's layer names; `sparse`: whether its
+    MLP is a mixture of experts (None: whether the tensors hold a router)."""
+    from engine.model.moe import build_moe, has_moe
+
     h, d = config.hidden_size, config.head_dim
+    sparse = has_moe(config, tensors, p) if sparse is None else sparse
     shapes = {
         "self_attn.q_proj.weight": (config.num_heads * d, h),
         "self_attn.k_proj.weight": (config.num_kv_heads * d, h),
         "self_attn.v_proj.weight": (config.num_kv_heads * d, h),
         "self_attn.o_proj.weight": (h, config.num_heads * d),
-        "mlp.gate_proj.weight": (config.intermediate_size, h),
-        "mlp.up_proj.weight": (config.intermediate_size, h),
-        "mlp.down_proj.weight": (h, config.intermediate_size),
     }
+    if not sparse:
+        shapes.update(
+            {
+                "mlp.gate_proj.weight": (config.intermediate_size, h),
+                "mlp.up_proj.weight": (config.intermediate_size, h),
+                "mlp.down_proj.weight": (h, config.intermediate_size),
+            }
+        )
     for key, shape in shapes.items():
         if _get(tensors, p + key).shape != shape:
             raise InputError(
@@ -121,9 +138,10 @@ def build_layer(config: ModelConfig, tensors: dict[str, np.ndarray], p: str, ops
                 f"config.json implies {shape}"
             )
     qkv = np.concatenate([_get(tensors, p + f"self_attn.{n}_proj.weight") for n in "qkv"])
-    gate_up = np.concatenate(
-        [_get(tensors, p + "mlp.gate_proj.weight"), _get(tensors, p + "mlp.up_proj.weight")]
-    )
+    if sparse:
+        moe, gate_up, down = build_moe(config, tensors, p, ops), None, None
+    else:
+        moe, (gate_up, down) = None, _dense_mlp(tensors, p, ops)
     return Layer(
         qkv=ops.prepare_linear(qkv),
         o=ops.prepare_linear(_get(tensors, p + "self_attn.o_proj.weight")),
@@ -131,9 +149,18 @@ def build_layer(config: ModelConfig, tensors: dict[str, np.ndarray], p: str, ops
         k_norm=ops.asarray(_get(tensors, p + "self_attn.k_norm.weight")),
         in_norm=ops.asarray(_get(tensors, p + "input_layernorm.weight")),
         post_norm=ops.asarray(_get(tensors, p + "post_attention_layernorm.weight")),
-        gate_up=ops.prepare_linear(gate_up),
-        down=ops.prepare_linear(_get(tensors, p + "mlp.down_proj.weight")),
+        gate_up=gate_up,
+        down=down,
+        moe=moe,
     )
+
+
+def _dense_mlp(tensors: dict[str, np.ndarray], p: str, ops: Ops) -> tuple[Array, Array]:
+    gate_up = np.concatenate(
+        [_get(tensors, p + "mlp.gate_proj.weight"), _get(tensors, p + "mlp.up_proj.weight")]
+    )
+    down = _get(tensors, p + "mlp.down_proj.weight")
+    return ops.prepare_linear(gate_up), ops.prepare_linear(down)
 
 
 Attend = Callable[[Array, Array, Array], Array]
@@ -167,6 +194,8 @@ def decoder_layer(
     q, k, v = project_qkv(config, ops, layer, ops.rms_norm(x, layer.in_norm, eps), cos, sin)
     attn = attend(q, k, v).reshape(n, config.num_heads * config.head_dim)
     x = ops.add(x, ops.linear(attn, layer.o))
+    if layer.moe is not None:
+        return ops.add(x, ops.moe_ffn(ops.rms_norm(x, layer.post_norm, eps), layer.moe))
     gu = ops.linear(ops.rms_norm(x, layer.post_norm, eps), layer.gate_up)
     inter = config.intermediate_size
     return ops.add(x, ops.linear(ops.silu_mul(gu[:, :inter], gu[:, inter:]), layer.down))
@@ -175,7 +204,8 @@ def decoder_layer(
 def build(config: ModelConfig, tensors: dict[str, np.ndarray], ops: Ops) -> Qwen3:
     h = config.hidden_size
     layers = [
-        build_layer(config, tensors, f"model.layers.{i}.", ops) for i in range(config.num_layers)
+        build_layer(config, tensors, f"model.layers.{i}.", ops, i in config.sparse_layers)
+        for i in range(config.num_layers)
     ]
     embed = _get(tensors, "model.embed_tokens.weight")
     if embed.shape != (config.vocab_size, h):

@@ -90,6 +90,15 @@ class Ops(Protocol):
     def attention_many(
         self, items: list[tuple[Array, Array, Array, np.ndarray]]
     ) -> list[Array]: ...
+    def scale_rows(self, x: Array, w: np.ndarray) -> Array:
+        """x [n, H] with row i multiplied by w[i] (float32)."""
+        ...
+
+    def moe_ffn(self, x: Array, moe: Any) -> Array:
+        """The sparse MLP (engine.ops.moe.MoeWeights) of normed rows x [n, H]: per-row
+        routing, experts on row-invariant linears, outputs summed by rank (docs/moe.md)."""
+        ...
+
     def qk_norm_rope(
         self, qkv: Array, hq: int, hkv: int, qw: Array, kw: Array, eps: float, *cos_sin: Array
     ) -> tuple[Array, Array] | None:

@@ -29,6 +29,8 @@ def decode_step(model: Any, segments: list[Any], kv: Any, taps: tuple[int, ...] 
     ops = model.ops
     if taps or not segments or len(segments) > ops.row_tile:
         return None
+    if any(layer.moe is not None for layer in model.layers):
+        return None  # routing reads the host: MoE steps run eagerly
     for s in segments:
         if len(s.tokens) != 1 or list(np.asarray(s.logit_rows)) != [0]:
             return None

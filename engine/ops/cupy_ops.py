@@ -233,6 +233,16 @@ class CupyOps:
     def add(self, a: Any, b: Any) -> Any:
         return a + b
 
+    def scale_rows(self, x: Any, w: np.ndarray) -> Any:
+        return x * cp.asarray(np.asarray(w, dtype=np.float32))[:, None]
+
+    def moe_ffn(self, x: Any, moe: Any) -> Any:
+        """Eager, from the backend's own fixed-tile linear (engine/ops/moe.py); the decode
+        graph declines MoE models, so this is the one path on cupy."""
+        from engine.ops.moe import moe_ffn
+
+        return moe_ffn(self, x, moe)
+
     def concat_rows(self, parts: list[Any]) -> Any:
         return parts[0] if len(parts) == 1 else cp.concatenate(parts, axis=0)
 

@@ -144,6 +144,14 @@ class MlxOps:
         return self._out(mx.take(x, mx.array(np.asarray(rows, dtype=np.int32)), axis=0))
 
     # ---- memory and attention -------------------------------------------------------
+    def scale_rows(self, x: mx.array, w: np.ndarray) -> mx.array:
+        return self._out(x * mx.array(np.asarray(w, dtype=np.float32))[:, None])
+
+    def moe_ffn(self, x: mx.array, moe: object) -> mx.array:
+        from engine.ops.moe import moe_ffn
+
+        return moe_ffn(self, x, moe)
+
     def qk_norm_rope(self, *qkv_heads_norms_rope: object) -> None:
         return None  # not fused: the forward norms and ropes q and k op by op
 

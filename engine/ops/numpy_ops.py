@@ -103,6 +103,14 @@ class NumpyOps:
         """One call per stream: padding streams to a common shape measured ~4x slower."""
         return [self.attention(*item) for item in items]
 
+    def scale_rows(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        return x * np.asarray(w, dtype=F32)[:, None]
+
+    def moe_ffn(self, x: np.ndarray, moe: object) -> np.ndarray:
+        from engine.ops.moe import moe_ffn
+
+        return moe_ffn(self, x, moe)
+
     def qk_norm_rope(self, *qkv_heads_norms_rope: object) -> None:
         return None  # not fused: the forward norms and ropes q and k op by op
 
