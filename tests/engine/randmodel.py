@@ -17,10 +17,27 @@ def random_config(
     vocab: int = 320,
     tied: bool = True,
     max_pos: int = 4096,
+    experts: int = 0,
+    top_k: int = 2,
+    moe_inter: int = 32,
+    mlp_only: tuple[int, ...] = (),
+    norm_topk: bool = True,
 ) -> ModelConfig:
+    """A dense Qwen3 config, or with `experts` > 0 a Qwen3-MoE one (every layer sparse
+    except `mlp_only`)."""
+    moe = {
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "num_experts": experts,
+        "num_experts_per_tok": top_k,
+        "moe_intermediate_size": moe_inter,
+        "mlp_only_layers": list(mlp_only),
+        "norm_topk_prob": norm_topk,
+        "decoder_sparse_step": 1,
+    }
     return ModelConfig.from_dict(
         {
-            "architectures": ["Qwen3ForCausalLM"],
+            **(moe if experts else {}),
+            "architectures": moe["architectures"] if experts else ["Qwen3ForCausalLM"],
             "hidden_size": hidden,
             "num_hidden_layers": layers,
             "num_attention_heads": heads,
@@ -60,9 +77,26 @@ def random_tensors(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
         t[p + "self_attn.k_norm.weight"] = norm(d)
         t[p + "input_layernorm.weight"] = norm(h)
         t[p + "post_attention_layernorm.weight"] = norm(h)
+        if i in cfg.sparse_layers:
+            t.update(random_experts(cfg, p, rng))
+            continue
         t[p + "mlp.gate_proj.weight"] = w(cfg.intermediate_size, h)
         t[p + "mlp.up_proj.weight"] = w(cfg.intermediate_size, h)
         t[p + "mlp.down_proj.weight"] = w(h, cfg.intermediate_size)
+    return t
+
+
+def random_experts(cfg: ModelConfig, p: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """A sparse MLP's tensors in Hugging Face's per-expert names."""
+    h, i = cfg.hidden_size, cfg.moe_intermediate_size
+    t = {
+        p + "mlp.gate.weight": (rng.standard_normal((cfg.num_experts, h)) * 0.5).astype(np.float32)
+    }
+    for e in range(cfg.num_experts):
+        q = f"{p}mlp.experts.{e}."
+        t[q + "gate_proj.weight"] = (rng.standard_normal((i, h)) * 0.2).astype(np.float32)
+        t[q + "up_proj.weight"] = (rng.standard_normal((i, h)) * 0.2).astype(np.float32)
+        t[q + "down_proj.weight"] = (rng.standard_normal((h, i)) * 0.2).astype(np.float32)
     return t
 
 
