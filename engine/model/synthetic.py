@@ -1,4 +1,6 @@
-"""`--model synthetic:<shape>[@seed]`: random weights of a real Qwen3 shape, made from a seed.
+"""`--model synthetic:<shape>[@seed][,layers=N]`: random weights of a real Qwen3 shape, made
+from a seed; `layers=N` keeps the first N decoder layers (a real-shaped MoE layer holds 128
+experts, so the whole Qwen3-30B-A3B would not fit a runner as float32).
 
 A GPU runner needs no download: the first use writes an ordinary model directory
 (config.json, a byte-level tokenizer.json, bf16 model.safetensors) under the cache folder
@@ -32,6 +34,14 @@ SHAPES: dict[str, tuple[int, int, int, int, int, int, int, int]] = {
     "qwen3-0.6b": (1024, 3072, 28, 16, 8, 128, 151936, 40960),
     "qwen3-1.7b": (2048, 6144, 28, 16, 8, 128, 151936, 40960),
     "tiny": (64, 128, 2, 4, 2, 32, 512, 2048),  # for tests on the CPU
+    "qwen3-30b-a3b": (2048, 6144, 48, 32, 4, 128, 151936, 40960),
+    "tiny-moe": (64, 128, 2, 4, 2, 32, 512, 2048),  # for tests on the CPU
+}
+# MoE shapes -> (experts, experts per token, moe_intermediate_size, norm_topk_prob); every
+# layer sparse, as in Qwen3-30B-A3B (decoder_sparse_step 1, no mlp_only_layers)
+MOE: dict[str, tuple[int, int, int, bool]] = {
+    "qwen3-30b-a3b": (128, 8, 768, True),
+    "tiny-moe": (8, 3, 32, True),
 }
 CHAT_TEMPLATE = (
     "{%- for message in messages %}"
@@ -45,9 +55,10 @@ def is_synthetic(spec: str | os.PathLike) -> bool:
     return str(spec).startswith(PREFIX)
 
 
-def parse(spec: str) -> tuple[str, int]:
-    """'synthetic:qwen3-0.6b@7' -> ('qwen3-0.6b', 7); the seed defaults to 0."""
-    body = spec[len(PREFIX) :]
+def parse(spec: str) -> tuple[str, int, int | None]:
+    """'synthetic:qwen3-30b-a3b@7,layers=4' -> ('qwen3-30b-a3b', 7, 4); the seed defaults to
+    0, the layer count to the shape's own (None)."""
+    body, *options = spec[len(PREFIX) :].split(",")
     name, _, seed_text = body.partition("@")
     if name not in SHAPES:
         raise InputError(
@@ -59,7 +70,17 @@ def parse(spec: str) -> tuple[str, int]:
         raise InputError(f"--model {spec}: seed '{seed_text}' is not an integer") from None
     if seed < 0:
         raise InputError(f"--model {spec}: seed must be >= 0")
-    return name, seed
+    layers = None
+    for option in options:
+        key, _, value = option.partition("=")
+        if key != "layers":
+            raise InputError(f"--model {spec}: unknown option '{key}' (only layers=N)")
+        if not value.isdigit() or not 1 <= int(value) <= SHAPES[name][2]:
+            raise InputError(
+                f"--model {spec}: layers must be an integer in 1..{SHAPES[name][2]}, got '{value}'"
+            )
+        layers = int(value)
+    return name, seed, layers
 
 
 def cache_root() -> Path:
@@ -73,14 +94,15 @@ def resolve(spec: str | os.PathLike) -> Path:
     """A model directory for `spec`: itself, or the synthetic model's (written on first use)."""
     if not is_synthetic(spec):
         return Path(spec)
-    name, seed = parse(str(spec))
-    out = cache_root() / f"{name}-seed{seed}-v{FORMAT}"
+    name, seed, layers = parse(str(spec))
+    cut = "" if layers is None else f"-L{layers}"
+    out = cache_root() / f"{name}{cut}-seed{seed}-v{FORMAT}"
     if (out / "model.safetensors").is_file():
         return out
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    write_model(tmp, name, seed)
+    write_model(tmp, name, seed, layers)
     try:
         tmp.rename(out)
     except OSError:  # another process finished first: its directory has the same bytes
@@ -88,8 +110,21 @@ def resolve(spec: str | os.PathLike) -> Path:
     return out
 
 
-def model_config(name: str) -> dict[str, Any]:
-    h, inter, layers, heads, kv, d, vocab, max_pos = SHAPES[name]
+def model_config(name: str, layers: int | None = None) -> dict[str, Any]:
+    h, inter, full, heads, kv, d, vocab, max_pos = SHAPES[name]
+    moe = {}
+    if name in MOE:
+        experts, top_k, moe_inter, norm = MOE[name]
+        moe = {
+            "architectures": ["Qwen3MoeForCausalLM"],
+            "model_type": "qwen3_moe",
+            "num_experts": experts,
+            "num_experts_per_tok": top_k,
+            "moe_intermediate_size": moe_inter,
+            "norm_topk_prob": norm,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": [],
+        }
     return {
         "architectures": ["Qwen3ForCausalLM"],
         "bos_token_id": EOT_ID,
@@ -101,7 +136,7 @@ def model_config(name: str) -> dict[str, Any]:
         "max_position_embeddings": max_pos,
         "model_type": "qwen3",
         "num_attention_heads": heads,
-        "num_hidden_layers": layers,
+        "num_hidden_layers": full if layers is None else layers,
         "num_key_value_heads": kv,
         "rms_norm_eps": 1e-06,
         "rope_scaling": None,
@@ -109,6 +144,7 @@ def model_config(name: str) -> dict[str, Any]:
         "tie_word_embeddings": True,
         "torch_dtype": "bfloat16",
         "vocab_size": vocab,
+        **moe,
     }
 
 
@@ -119,8 +155,17 @@ def tensor_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
         "model.embed_tokens.weight": (config["vocab_size"], h),
         "model.norm.weight": (h,),
     }
+    experts = config.get("num_experts", 0)
     for i in range(config["num_hidden_layers"]):
         p = f"model.layers.{i}."
+        if experts:
+            e_inter = config["moe_intermediate_size"]
+            shapes[p + "mlp.gate.weight"] = (experts, h)
+            for e in range(experts):
+                q = f"{p}mlp.experts.{e}."
+                shapes[q + "gate_proj.weight"] = (e_inter, h)
+                shapes[q + "up_proj.weight"] = (e_inter, h)
+                shapes[q + "down_proj.weight"] = (h, e_inter)
         shapes.update(
             {
                 p + "input_layernorm.weight": (h,),
@@ -131,11 +176,12 @@ def tensor_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
                 p + "self_attn.k_proj.weight": (nkv * d, h),
                 p + "self_attn.v_proj.weight": (nkv * d, h),
                 p + "self_attn.o_proj.weight": (h, nq * d),
-                p + "mlp.gate_proj.weight": (inter, h),
-                p + "mlp.up_proj.weight": (inter, h),
-                p + "mlp.down_proj.weight": (h, inter),
             }
         )
+        if not experts:
+            shapes[p + "mlp.gate_proj.weight"] = (inter, h)
+            shapes[p + "mlp.up_proj.weight"] = (inter, h)
+            shapes[p + "mlp.down_proj.weight"] = (h, inter)
     return shapes
 
 
@@ -154,8 +200,8 @@ def make_tensor(name: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
     return x.astype(ml_dtypes.bfloat16)
 
 
-def write_model(out: Path, name: str, seed: int) -> None:
-    config = model_config(name)
+def write_model(out: Path, name: str, seed: int, layers: int | None = None) -> None:
+    config = model_config(name, layers)
     tensors = {k: make_tensor(k, s, seed) for k, s in tensor_shapes(config).items()}
     safetensors_file.save(out / "model.safetensors", tensors, {"format": "pt"})
     _write_json(out / "config.json", config)

@@ -62,6 +62,10 @@ def test_tensor_depends_on_name_and_seed_only() -> None:
         ("synthetic:nope", "unknown synthetic shape 'nope'"),
         ("synthetic:tiny@x", "seed 'x' is not an integer"),
         ("synthetic:tiny@-1", "seed must be >= 0"),
+        ("synthetic:qwen3-30b-a3b,layers=0", "layers must be an integer in 1..48"),
+        ("synthetic:qwen3-30b-a3b@1,layers=49", "layers must be an integer in 1..48"),
+        ("synthetic:tiny,layers=x", "layers must be an integer in 1..2"),
+        ("synthetic:tiny,depth=1", "unknown option 'depth'"),
     ],
 )
 def test_bad_spec_is_one_line_input_error(spec: str, words: str) -> None:
@@ -94,3 +98,29 @@ def test_run_cli_on_synthetic(cache: Path, tmp_path: Path) -> None:
     cmd[5] = "synthetic:nope"
     bad = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown synthetic shape" in bad.stderr
+
+
+def test_qwen3_30b_a3b_shape() -> None:
+    """Qwen3-30B-A3B: 48 layers, hidden 2048, 32/4 heads of 128, 128 experts of 768, top-8
+    renormalised; 30.5B parameters (30.2B with the tied head), 3.3B active per token."""
+    c = ModelConfig.from_dict(synthetic.model_config("qwen3-30b-a3b"))
+    assert (c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim) == (
+        2048, 48, 32, 4, 128
+    )  # fmt: skip
+    assert (c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size) == (128, 8, 768)
+    assert c.norm_topk_prob and c.sparse_layers == tuple(range(48))
+    shapes = synthetic.tensor_shapes(c.raw)
+    total = sum(int(np.prod(s)) for s in shapes.values())
+    expert = 3 * 2048 * 768
+    active = total - 48 * 120 * expert
+    assert 30.0e9 < total < 30.4e9 and 3.0e9 < active < 3.4e9
+    four = ModelConfig.from_dict(synthetic.model_config("qwen3-30b-a3b", 4))
+    assert four.num_layers == 4 and four.sparse_layers == (0, 1, 2, 3)
+
+
+def test_layers_override_and_tiny_moe_load(cache: Path) -> None:
+    spec = "synthetic:tiny-moe@2,layers=1"
+    assert synthetic.resolve(spec) == cache / "tiny-moe-L1-seed2-v1"
+    model = load_model(spec, "numpy")
+    assert len(model.layers) == 1 and model.layers[0].moe is not None
+    assert len(model.layers[0].moe.gate_up) == 8 and model.layers[0].moe.top_k == 3
