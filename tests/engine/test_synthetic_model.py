@@ -102,7 +102,7 @@ def test_run_cli_on_synthetic(cache: Path, tmp_path: Path) -> None:
 
 def test_qwen3_30b_a3b_shape() -> None:
     """Qwen3-30B-A3B: 48 layers, hidden 2048, 32/4 heads of 128, 128 experts of 768, top-8
-    renormalised; 30.5B parameters (30.2B with the tied head), 3.3B active per token."""
+    renormalised; 30.5B parameters (30.2B with the tied head), 3.0B active with it."""
     c = ModelConfig.from_dict(synthetic.model_config("qwen3-30b-a3b"))
     assert (c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim) == (
         2048, 48, 32, 4, 128
