@@ -1,7 +1,7 @@
-"""A random Qwen3-MoE (8 experts, top-3, layer 1 dense, an MoE MTP layer) on each backend:
-concurrent == solo, prompt cuts, paging, fp8 and MTP-drafted == plain, bit for bit against
-the same backend's solo replies. Top-3 so that the order of a row's expert sum can show
-(with two terms a + b == b + a)."""
+"""A random Qwen3-MoE (4 layers, 8 experts, top-3, layer 1 dense, an MoE MTP layer) on each
+backend: concurrent == solo, prompt cuts, paging, fp8, MTP- and block-drafted == plain, bit
+for bit against the same backend's solo replies. Top-3 so that the order of a row's expert
+sum can show (with two terms a + b == b + a)."""
 
 from __future__ import annotations
 
@@ -11,18 +11,19 @@ from typing import Any
 import pytest
 
 from engine.config import EngineConfig
+from engine.draft.block import BlockDrafter
 from engine.draft.mtp import MtpDrafter
 from engine.errors import EngineFailure, InputError
 from engine.lanes.engine import Engine
 from engine.lanes.request import Request
 from engine.model.qwen3 import build
 from engine.ops import BACKENDS, get_ops
-from tests.conformance.conftest import mixed
+from tests.conformance.conftest import BLOCK, mixed
 from tests.engine.conftest import Result, run_requests, solo
 from tests.engine.randmodel import random_config, random_mtp_tensors, random_tensors
 
 SHAPE = dict(
-    hidden=128, layers=3, inter=192, vocab=1088, experts=8, top_k=3, moe_inter=64, mlp_only=(1,)
+    hidden=128, layers=4, inter=192, vocab=1088, experts=8, top_k=3, moe_inter=64, mlp_only=(1,)
 )
 _models: dict[str, Any] = {}
 _solo: dict[tuple, Result] = {}
@@ -56,7 +57,7 @@ def assert_solo(model: Any, got: dict[str, Result], reqs: list[Request], kv: str
 
 
 def test_the_model_is_sparse_with_an_moe_mtp_layer(model: Any) -> None:
-    assert [layer.moe is not None for layer in model.layers] == [True, False, True]
+    assert [layer.moe is not None for layer in model.layers] == [True, False, True, True]
     assert MtpDrafter(model).layer.moe is not None
 
 
@@ -78,13 +79,18 @@ def test_paging_and_fp8_equal_solo(model: Any) -> None:
     assert_solo(model, got, reqs, kv="fp8")
 
 
-@pytest.mark.parametrize("parallel,kv,k", [(1, "bf16", 3), (4, "fp8", 2), (8, "bf16", 4)])
-def test_mtp_drafted_equals_plain(model: Any, parallel: int, kv: str, k: int) -> None:
+@pytest.mark.parametrize(
+    "name,parallel,kv,k",
+    [("mtp", 1, "bf16", 3), ("mtp", 4, "fp8", 2), ("mtp", 8, "bf16", 4), ("block", 4, "bf16", 3)],
+)
+def test_drafted_equals_plain(model: Any, name: str, parallel: int, kv: str, k: int) -> None:
+    """MTP with its sparse layer; the bundled block drafter (dense) over the MoE target."""
     reqs = [replace(r, draft=True) for r in mixed(max_tokens=14, salt=5)]
+    drafter = MtpDrafter(model) if name == "mtp" else BlockDrafter(model, str(BLOCK))
     engine = Engine(
         model,
         EngineConfig(context=320, parallel=parallel, kv=kv, draft_tokens=k),
-        drafter=MtpDrafter(model),
+        drafter=drafter,
     )
     for r in reqs:
         engine.submit(r)
