@@ -148,9 +148,18 @@ class MlxOps:
         return self._out(x * mx.array(np.asarray(w, dtype=np.float32))[:, None])
 
     def moe_ffn(self, x: mx.array, moe: object) -> mx.array:
+        """Built as one lazy graph and evaluated once (the router logits are read on the
+        way): on a loaded CPU each mx.eval costs a thread hand-off, and the block holds
+        four ops per expert. Its bits equal the op-by-op ones (test_moe_block compares it
+        with a per-row reference that evaluates every op)."""
         from engine.ops.moe import moe_ffn
 
-        return moe_ffn(self, x, moe)
+        keep, self.eval_ops = self.eval_ops, False
+        try:
+            out = moe_ffn(self, x, moe)
+        finally:
+            self.eval_ops = keep
+        return self._out(out)
 
     def qk_norm_rope(self, *qkv_heads_norms_rope: object) -> None:
         return None  # not fused: the forward norms and ropes q and k op by op
