@@ -23,13 +23,16 @@ def _best(fn: Any, repeats: int = 7) -> float:
 def exactness_cost(model: Any) -> list[dict[str, float]]:
     ops = model.ops
     layer = model.layers[0]
+    sparse = layer.moe is not None  # a MoE layer: its expert 0's linears, and the router
     weights = {
         "qkv": layer.qkv,
         "o": layer.o,
-        "gate_up": layer.gate_up,
-        "down": layer.down,
+        "gate_up": layer.moe.gate_up[0] if sparse else layer.gate_up,
+        "down": layer.moe.down[0] if sparse else layer.down,
         "lm_head": model.lm_head,
     }
+    if sparse:
+        weights["router"] = layer.moe.router
     rng = np.random.default_rng(0)
     out = []
     for rows in ROWS:
