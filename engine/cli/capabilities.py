@@ -11,7 +11,8 @@ from engine.kv.codec import KV_DTYPES
 # 2: logit_hashes, cancel_after_rows, --virtual-clock, --trace
 # 3: "serve": what `engine serve` reads and returns (margins and logit_hashes per token)
 # 4: "backend_info": per backend, the device and library versions behind it (provenance)
-CONTRACT_VERSION = 4
+# 5: "architectures": the config.json architectures --model loads (Qwen3-MoE from here on)
+CONTRACT_VERSION = 5
 
 
 def serve_capabilities() -> dict:
@@ -38,6 +39,7 @@ def capabilities() -> dict:
     from engine.cli.run import METRICS_KEYS
     from engine.draft.registry import available
     from engine.lanes.request import REQUEST_KEYS
+    from engine.model.config import SUPPORTED_ARCHITECTURES
     from engine.ops import available_backends, backend_info
 
     return {
@@ -71,6 +73,7 @@ def capabilities() -> dict:
         "env_flags": ["ENGINE_CALIBRATE_SLOWDOWN"],
         "serve": serve_capabilities(),
         "backend_info": backend_info(),
+        "architectures": list(SUPPORTED_ARCHITECTURES),
     }
 
 
