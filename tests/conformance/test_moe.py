@@ -1,7 +1,7 @@
 """A random Qwen3-MoE (4 layers, 8 experts, top-3, layer 1 dense, an MoE MTP layer) on each
-backend: concurrent == solo, prompt cuts, paging, fp8, MTP- and block-drafted == plain, bit
-for bit against the same backend's solo replies. Top-3 so that the order of a row's expert
-sum can show (with two terms a + b == b + a)."""
+backend: concurrent == solo, prompt cuts, paging, fp8, resumed == fresh, MTP- and
+block-drafted == plain, bit for bit against the same backend's solo replies. Top-3 so that
+the order of a row's expert sum can show (with two terms a + b == b + a)."""
 
 from __future__ import annotations
 
@@ -77,6 +77,22 @@ def test_paging_and_fp8_equal_solo(model: Any) -> None:
     assert_solo(model, run_requests(model, reqs, context=320, parallel=4, kv_pages=48), reqs)
     got = run_requests(model, reqs, context=320, parallel=4, kv="fp8")
     assert_solo(model, got, reqs, kv="fp8")
+
+
+def test_resumed_equals_fresh(model: Any) -> None:
+    """A second turn reuses the first turn's cached pages and replies as a fresh run."""
+    first, filler = mixed(max_tokens=24, salt=4)[6:8]
+    engine = Engine(model, EngineConfig(context=320, parallel=2, kv_pages=40, kv="bf16"))
+    done = engine.submit(first)
+    engine.run()
+    engine.submit(replace(filler, arrival=engine.clock.now() - engine.t0))
+    engine.run()
+    turn = Request("turn2", first.prompt_ids + done.generated + [5, 6, 7], max_tokens=10)
+    assert engine.plan.reusable_rows(turn.prompt_ids) >= 64
+    again = engine.submit(turn)
+    engine.run()
+    assert_solo(model, {"turn2": Result.of(again)}, [turn])
+    assert engine.plan.pages_in_use == 0
 
 
 @pytest.mark.parametrize(
