@@ -68,6 +68,8 @@ def expert_groups(ids: np.ndarray) -> tuple[list[tuple[int, np.ndarray]], np.nda
 
 def moe_ffn(ops: Any, x: Array, moe: MoeWeights) -> Array:
     """The sparse MLP of rows x [M, H] (already normed) through `ops`."""
+    if not x.shape[0]:
+        return x  # no rows: nothing to route (an empty [0, H])
     ids, w = route(ops.to_numpy(ops.linear(x, moe.router)), moe.top_k, moe.norm_topk_prob)
     groups, where = expert_groups(ids)
     inter, outs = moe.inter, []

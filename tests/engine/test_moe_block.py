@@ -173,3 +173,9 @@ def test_route_is_row_local():
     for r in (0, 18, 36):
         i1, w1 = route(z[r : r + 1], 8, norm=True)
         assert ids[r].tolist() == i1[0].tolist() and w[r].tobytes() == w1[0].tobytes()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_rows_gives_no_rows(backend):
+    ops = ops_for(backend)
+    assert run(ops, block(ops), np.zeros((0, 64), dtype=np.float32)).shape == (0, 64)
