@@ -90,6 +90,11 @@ class Ops(Protocol):
     def attention_many(
         self, items: list[tuple[Array, Array, Array, np.ndarray]]
     ) -> list[Array]: ...
+    def expert_linear(self, x: Array, w: Array) -> Array:
+        """A linear for expert rows: like `linear`, row-invariant at any row count, position
+        and neighbours, but free to compute differently (numpy: one row at a time)."""
+        ...
+
     def scale_rows(self, x: Array, w: np.ndarray) -> Array:
         """x [n, H] with row i multiplied by w[i] (float32)."""
         ...

@@ -144,6 +144,9 @@ class MlxOps:
         return self._out(mx.take(x, mx.array(np.asarray(rows, dtype=np.int32)), axis=0))
 
     # ---- memory and attention -------------------------------------------------------
+    def expert_linear(self, x: object, w: object) -> object:
+        return self.linear(x, w)  # already row-invariant at any row count
+
     def scale_rows(self, x: mx.array, w: np.ndarray) -> mx.array:
         return self._out(x * mx.array(np.asarray(w, dtype=np.float32))[:, None])
 

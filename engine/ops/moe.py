@@ -74,8 +74,8 @@ def moe_ffn(ops: Any, x: Array, moe: MoeWeights) -> Array:
     groups, where = expert_groups(ids)
     inter, outs = moe.inter, []
     for e, rows in groups:
-        gu = ops.linear(ops.take_rows(x, rows), moe.gate_up[e])
-        outs.append(ops.linear(ops.silu_mul(gu[:, :inter], gu[:, inter:]), moe.down[e]))
+        gu = ops.expert_linear(ops.take_rows(x, rows), moe.gate_up[e])
+        outs.append(ops.expert_linear(ops.silu_mul(gu[:, :inter], gu[:, inter:]), moe.down[e]))
     y = ops.concat_rows(outs)
     out = ops.scale_rows(ops.take_rows(y, where[:, 0]), w[:, 0])
     for r in range(1, moe.top_k):

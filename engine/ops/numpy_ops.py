@@ -25,6 +25,7 @@ class NumpyOps:
         self.row_tile = row_tile
         self.key_block = key_block
         self._probed: set[tuple[int, int]] = set()
+        self._probed_rows: set[tuple[int, int]] = set()
 
     def asarray(self, a: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(a, dtype=F32)
@@ -68,6 +69,35 @@ class NumpyOps:
                     f"shape ({k}, {n}); exactness cannot be guaranteed on this machine"
                 )
         self._probed.add((k, n))
+
+    def expert_linear(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """One (1, K) @ (K, N) product per row, stacked in one call: each row is computed
+        alone, so its bits cannot follow the row count. For an expert that got one or two
+        rows this is ~6x cheaper than a padded 8-row tile, and about as cheap per row for
+        full tiles (measured on OpenBLAS here); dense linears keep their tiles."""
+        self.probe_expert_linear(w)
+        return self._row_products(x, w)
+
+    def _row_products(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        return np.matmul(np.ascontiguousarray(x, dtype=F32)[:, None, :], w)[:, 0]
+
+    def probe_expert_linear(self, w: np.ndarray) -> None:
+        """Refuse to run if a stacked 1-row product gives a row other bits in a stack."""
+        k, n = w.shape
+        if (k, n) in self._probed_rows:
+            return
+        rng = np.random.default_rng(k * 104729 + n)
+        row = rng.standard_normal(k).astype(F32)
+        alone = self._row_products(row[None, :], w)[0]
+        for m in (2, 9, 33, 300):
+            x = rng.standard_normal((m, k)).astype(F32)
+            x[m // 2] = row
+            if not np.array_equal(self._row_products(x, w)[m // 2], alone):
+                raise EngineFailure(
+                    f"numpy backend: stacked row products are not row-invariant for shape "
+                    f"({k}, {n}); exactness cannot be guaranteed on this machine"
+                )
+        self._probed_rows.add((k, n))
 
     def embed(self, table: np.ndarray, ids: np.ndarray) -> np.ndarray:
         return table[np.asarray(ids, dtype=np.int64)]

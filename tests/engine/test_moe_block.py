@@ -120,9 +120,9 @@ def reference(ops: Any, moe: MoeWeights, x: np.ndarray) -> np.ndarray:
         ids, w = route(np.asarray(ops.to_numpy(ops.linear(xr, moe.router))), moe.top_k, True)
         acc = None
         for r in range(moe.top_k):
-            gu = ops.linear(xr, moe.gate_up[int(ids[0, r])])
+            gu = ops.expert_linear(xr, moe.gate_up[int(ids[0, r])])
             h = ops.silu_mul(gu[:, : moe.inter], gu[:, moe.inter :])
-            y = ops.scale_rows(ops.linear(h, moe.down[int(ids[0, r])]), w[:, r])
+            y = ops.scale_rows(ops.expert_linear(h, moe.down[int(ids[0, r])]), w[:, r])
             acc = y if acc is None else ops.add(acc, y)
         out.append(np.asarray(ops.to_numpy(acc))[0])
     return np.stack(out)
