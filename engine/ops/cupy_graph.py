@@ -20,7 +20,7 @@ import cupy as cp
 import cupyx
 import numpy as np
 
-from engine.model.qwen3 import SegmentOut, decoder_layer
+from engine.model.qwen3 import SegmentOut, decoder_block, next_norm
 
 
 def decode_step(model: Any, segments: list[Any], kv: Any, taps: tuple[int, ...] = ()) -> Any:
@@ -94,17 +94,19 @@ class DecodeGraph:
         m, kv, ops, cfg = self.model, self.kv, self.model.ops, self.model.config
         meta = (self.ptab, self.poff, self.last, kv.page_rows)
         x = ops.embed(m.embed, self.ids)
+        h = ops.rms_norm(x, m.layers[0].in_norm, cfg.rms_norm_eps) if m.layers else None
         for li, layer in enumerate(m.layers):
 
             def attend(q: Any, k: Any, v: Any, li: int = li) -> Any:
                 ke = kv.k_exp[li] if kv.k_exp else None
                 ve = kv.v_exp[li] if kv.v_exp else None
-                kv.store(k, self.slots, kv.k[li], ke)
-                kv.store(v, self.slots, kv.v[li], ve)
+                kv.store_kv(li, k, v, self.slots)
                 return ops.attend(kv.kind, q, kv.k[li], kv.v[li], ke, ve, meta)
 
-            x = decoder_layer(cfg, ops, layer, x, self.cos, self.sin, attend)
-        final = ops.rms_norm(x, m.norm, cfg.rms_norm_eps)
+            x, h = decoder_block(
+                cfg, ops, layer, x, h, self.cos, self.sin, attend, next_norm(m, li)
+            )
+        final = h if h is not None else ops.rms_norm(x, m.norm, cfg.rms_norm_eps)
         return ops.linear(final, m.lm_head), final
 
     def _capture(self) -> None:

@@ -144,6 +144,9 @@ class MlxOps:
         return self._out(mx.take(x, mx.array(np.asarray(rows, dtype=np.int32)), axis=0))
 
     # ---- memory and attention -------------------------------------------------------
+    def add_rms_norm(self, *sum_and_norm: object) -> None:
+        return None  # not fused: the forward adds, then norms
+
     def qk_norm_rope(self, *qkv_heads_norms_rope: object) -> None:
         return None  # not fused: the forward norms and ropes q and k op by op
 

@@ -103,6 +103,9 @@ class NumpyOps:
         """One call per stream: padding streams to a common shape measured ~4x slower."""
         return [self.attention(*item) for item in items]
 
+    def add_rms_norm(self, *sum_and_norm: object) -> None:
+        return None  # not fused: the forward adds, then norms
+
     def qk_norm_rope(self, *qkv_heads_norms_rope: object) -> None:
         return None  # not fused: the forward norms and ropes q and k op by op
 
