@@ -8,26 +8,28 @@
 # 3. bench/cupy_speed.py, base then head (and compiled transformers with --transformers);
 # 4. `python -m engine bench --backend cupy --parallel 1,8`, base then head, on the tiny
 #    fixture and on synthetic:qwen3-0.6b.
+# HEAD_ENV (e.g. ENGINE_CUPY_TILE_CALLS=1) is set for every head-side command.
 # Logs and JSON go to OUT_DIR; a short table is printed last.
 set -u
 BASE=$1
 OUT=$2
 HF=${3:-}
 HEAD=$(pwd)
+HEAD_ENV=${HEAD_ENV:-ENGINE_ROUND_SIDE=head}
 export PYTHONUNBUFFERED=1 ENGINE_SYNTHETIC_DIR=${ENGINE_SYNTHETIC_DIR:-/tmp/syn}
 M=synthetic:qwen3-0.6b
 mkdir -p "$OUT"
 t0=$(date +%s)
 lap() { echo "[$(($(date +%s) - t0)) s] $*"; }
 
-python3 -m pytest -q -p no:cacheprovider tests/engine/test_cupy_backend.py tests/conformance \
+env $HEAD_ENV python3 -m pytest -q -p no:cacheprovider tests/engine/test_cupy_backend.py tests/conformance \
     -k cupy >"$OUT/tests.log" 2>&1
 lap "tests rc=$?: $(tail -1 "$OUT/tests.log")"
 
 for side in base head; do
-    dir=$BASE
-    [ $side = head ] && dir=$HEAD
-    (cd "$dir" && python3 bench/exact_cli.py --model $M --backend cupy --out /tmp/exact-$side \
+    dir=$BASE; senv=ENGINE_ROUND_SIDE=base
+    [ $side = head ] && dir=$HEAD && senv=$HEAD_ENV
+    (cd "$dir" && env $senv python3 bench/exact_cli.py --model $M --backend cupy --out /tmp/exact-$side \
         --arms parallel8) >"$OUT/exact-$side.log" 2>&1
     lap "exact $side rc=$?: $(grep -c 'serial: yes' "$OUT/exact-$side.log") arms == serial"
 done
@@ -48,20 +50,20 @@ EOF
 lap "$(cat "$OUT/exact-cross.log")"
 
 for side in base head; do
-    dir=$BASE
+    dir=$BASE; senv=ENGINE_ROUND_SIDE=base
     extra=()
-    [ $side = head ] && dir=$HEAD && [ -n "$HF" ] && extra=(--transformers static)
-    (cd "$dir" && python3 bench/cupy_speed.py --model $M --streams 1 8 --steps 32 "${extra[@]}" \
+    [ $side = head ] && dir=$HEAD && senv=$HEAD_ENV && [ -n "$HF" ] && extra=(--transformers static)
+    (cd "$dir" && env $senv python3 bench/cupy_speed.py --model $M --streams 1 8 --steps 32 "${extra[@]}" \
         --json "$OUT/speed-$side.json") >"$OUT/speed-$side.log" 2>&1
     lap "cupy_speed $side rc=$?"
 done
 
 for model in fixtures/models/tiny-qwen3 $M; do
     for side in base head; do
-        dir=$BASE
-        [ $side = head ] && dir=$HEAD
+        dir=$BASE; senv=ENGINE_ROUND_SIDE=base
+        [ $side = head ] && dir=$HEAD && senv=$HEAD_ENV
         tag=$(basename "$model" | tr ':' '-')
-        (cd "$dir" && python3 -m engine bench --backend cupy --model "$model" --parallel 1,8 \
+        (cd "$dir" && env $senv python3 -m engine bench --backend cupy --model "$model" --parallel 1,8 \
             --json) >"$OUT/bench-$tag-$side.json" 2>"$OUT/bench-$tag-$side.log"
         lap "bench $tag $side rc=$?"
     done
