@@ -68,11 +68,6 @@ class Cublas:
         vp, i = ctypes.c_void_p, ctypes.c_int
         lib.cublasGemmEx.argtypes = [vp, i, i, i, i, i, vp, vp, i, i, vp, i, i, vp, vp, i, i, i, i]
         lib.cublasGemmEx.restype = i
-        ll = ctypes.c_longlong
-        lib.cublasGemmStridedBatchedEx.argtypes = [
-            vp, i, i, i, i, i, vp, vp, i, i, ll, vp, i, i, ll, vp, vp, i, i, ll, i, i, i,
-        ]  # fmt: skip
-        lib.cublasGemmStridedBatchedEx.restype = i
         lib.cublasSetStream_v2.argtypes = [vp, vp]
         lib.cublasSetWorkspace_v2.argtypes = [vp, vp, ctypes.c_size_t]
         ver = ctypes.c_int()
@@ -113,18 +108,3 @@ class Cublas:
             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT,
         )  # fmt: skip
         self._check(status, "cublasGemmEx")
-
-    def gemm_bf16_tiles(
-        self, x_ptr: int, w_ptr: int, y_ptr: int, m: int, n: int, k: int, tiles: int
-    ) -> None:
-        """`tiles` GEMMs of gemm_bf16's shape in one call: tile i is rows i*m.. of x and y,
-        every tile against the same w (stride 0)."""
-        self._follow_stream()
-        status = self.lib.cublasGemmStridedBatchedEx(
-            self.handle, OP_T, OP_N, n, m, k,
-            ctypes.addressof(self._one), w_ptr, CUDA_R_16BF, k, 0,
-            x_ptr, CUDA_R_16BF, k, m * k,
-            ctypes.addressof(self._zero), y_ptr, CUDA_R_32F, n, m * n,
-            tiles, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT,
-        )  # fmt: skip
-        self._check(status, "cublasGemmStridedBatchedEx")

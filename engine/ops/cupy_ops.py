@@ -81,11 +81,6 @@ class CupyOps:
         # eagerly (the same bits: tests/engine/test_cupy_backend.py)
         self.graphs = os.environ.get("ENGINE_CUPY_GRAPHS", "1") != "0"
         self.probe = probe
-        # ENGINE_CUPY_TILE_CALLS=1: a linear's row tiles go to cuBLAS as one strided-batched
-        # call, not one call each (prompt steps: 8x fewer calls at 64 rows). Other bits than
-        # the default's wherever cuBLAS picks another kernel: one value per deployment, like
-        # the tile; probe_linear checks a row alone against it in 1-3 tiles either way
-        self.tiles_in_one_call = os.environ.get("ENGINE_CUPY_TILE_CALLS", "0") == "1"
         self._bf16: tuple[Any, Any] | None = None  # (y, its bf16 bits): see _bf16_out
         self.key_block = 0  # attention chunks are head_dim keys long (see the kernel)
         code = "\n".join((Path(__file__).parent / f).read_text() for f in _SOURCES)
@@ -168,11 +163,6 @@ class CupyOps:
             )
         y = cp.empty((padded, w.n), dtype=F32)
         xs, ys = k * 2, w.n * 4  # bytes per row
-        if self.tiles_in_one_call:  # one strided-batched call for every tile (probed alike)
-            self.blas.gemm_bf16_tiles(
-                xb.data.ptr, w.data.data.ptr, y.data.ptr, t, w.n, k, padded // t
-            )
-            return y[:m]
         for i in range(0, padded, t):
             self.blas.gemm_bf16(
                 xb.data.ptr + i * xs, w.data.data.ptr, y.data.ptr + i * ys, t, w.n, k
