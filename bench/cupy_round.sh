@@ -50,6 +50,7 @@ EOF
 lap "$(cat "$OUT/exact-cross.log")"
 
 for side in base head; do
+    [ -n "${ROUND_SKIP_SPEED:-}" ] && break  # ROUND_SKIP_SPEED=1: no cupy_speed.py
     dir=$BASE; senv=ENGINE_ROUND_SIDE=base
     extra=()
     [ $side = head ] && dir=$HEAD && senv=$HEAD_ENV && [ -n "$HF" ] && extra=(--transformers static)

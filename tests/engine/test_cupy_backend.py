@@ -180,8 +180,9 @@ def test_attention_head_dims_match_numpy(ops) -> None:  # type: ignore[no-untype
 
 
 def test_graph_decode_equals_eager(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """Decode steps replayed from one CUDA graph give the eager forward's logits and KV
-    bytes, for 1 and 3 streams, with the padded rows kept out of the streams' pages."""
+    """Prompt steps and decode steps replayed from CUDA graphs give the eager forward's
+    logits, hidden rows and KV bytes, for 1 and 3 streams, with the padded rows kept out of
+    the streams' pages."""
     from engine.model.loader import load_model
     from engine.model.qwen3 import Segment
     from engine.ops.cupy_graph import decode_step
@@ -193,10 +194,12 @@ def test_graph_decode_equals_eager(tmp_path, monkeypatch) -> None:  # type: igno
     for kind in ("bf16", "fp8"):
         kvs = [model.new_kv(24, 16, kind, lanes=3, lane_rows=128) for _ in range(2)]
         lanes = [[8 * i + j for j in range(8)] for i in range(3)]
-        for i, n in enumerate((5, 17, 40)):
+        for i, n in enumerate((5, 17, 40)):  # prompt steps: graphs of 8, 24 and 40 rows
             seg = Segment(rng.integers(0, 512, n), 0, lanes[i], np.asarray([n - 1]), lane=i)
-            for kv in kvs:
-                model.forward([seg], kv)
+            (eager,) = model.forward([seg], kvs[0])
+            (graph,) = decode_step(model, [seg], kvs[1])
+            assert eager.logits.tobytes() == graph.logits.tobytes()
+            assert eager.hidden.tobytes() == graph.hidden.tobytes()
         starts = [5, 17, 40]
         for step in range(4):
             live = [0] if step == 0 else [0, 1, 2]
