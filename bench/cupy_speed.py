@@ -77,7 +77,7 @@ def ours(
     step = float(np.median(times[2:])) * 1e3
     extra = {} if graph else breakdown(model, kv, lanes, context, streams)
     if graph:
-        g = kv.__dict__["_decode_graphs"][id(model)]
+        g = kv.__dict__["_decode_graphs"][id(model), model.ops.row_tile]
         extra["replay_ms"] = g.replay_ms()
     return {
         **extra,

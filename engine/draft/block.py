@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.draft.lifecycle import LaneDrafter
+from engine.draft.lifecycle import LaneDrafter, attend_lanes
 from engine.errors import InputError
 from engine.model.qwen3 import build_layer, decoder_layer, project_qkv, rope_tables
 from engine.model.weights import load_tensors
@@ -160,14 +160,14 @@ class BlockDrafter(LaneDrafter):
         for li, layer in enumerate(self.layers):
 
             def attend(q: Any, kb: Any, vb: Any, li: int = li) -> Any:
-                outs = []
+                asks = []
                 for j, (s, st) in enumerate(active):
                     lanes, lane = st.area
                     rows = slice(j * b, (j + 1) * b)
                     lanes.put(li, lane, s.fed, kb[rows], vb[rows])
                     see_all = np.full(b, s.fed - 1 + b)  # non-causal inside the block
-                    outs.append(lanes.attend(li, lane, q[rows], see_all, s.fed + b))
-                return ops.concat_rows(outs)
+                    asks.append((lanes, (lane, q[rows], see_all, s.fed + b)))
+                return ops.concat_rows(attend_lanes(li, asks))
 
             x = decoder_layer(self.cfg, ops, layer, x, cos, sin, attend)
         rows = min(k, b - 1)

@@ -70,3 +70,13 @@ class LaneDrafter:
     def propose_many(self, streams: list[Any], k: int) -> list[list[int]]:
         """Drafts for the streams of one round; drafters that batch override this."""
         return [self.propose(s, k) for s in streams]
+
+
+def attend_lanes(layer: int, asks: list[tuple[Any, tuple[Any, ...]]]) -> list[Any]:
+    """Lane attention for (lanes, (lane, q, q_pos, length)) asks, in ask order: in one
+    `attend_many` call where every ask is on one lane memory that offers it (the backend
+    guarantees each lane the bits it gets alone), else one `attend` at a time."""
+    first = asks[0][0] if asks else None
+    if len(asks) > 1 and all(a[0] is first for a in asks) and hasattr(first, "attend_many"):
+        return list(first.attend_many(layer, [item for _, item in asks]))
+    return [lanes.attend(layer, *item) for lanes, item in asks]

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.draft.lifecycle import LaneDrafter
+from engine.draft.lifecycle import LaneDrafter, attend_lanes
 from engine.errors import InputError
 from engine.model.qwen3 import build_layer, decoder_layer
 
@@ -88,14 +88,14 @@ class MtpDrafter(LaneDrafter):
         x = ops.linear(ops.concat_cols([e, g]), self.fc)
 
         def attend(q: Any, k: Any, v: Any) -> Any:
-            outs, a = [], 0
+            asks, a = [], 0
             for st, start, _, toks in items:
                 lanes, lane = st.area
                 z = a + len(toks)
                 lanes.put(0, lane, start, k[a:z], v[a:z])
-                outs.append(lanes.attend(0, lane, q[a:z], pos[a:z], start + len(toks)))
+                asks.append((lanes, (lane, q[a:z], pos[a:z], start + len(toks))))
                 a = z
-            return ops.concat_rows(outs)
+            return ops.concat_rows(attend_lanes(0, asks))
 
         cos, sin = ops.asarray(m.cos[pos]), ops.asarray(m.sin[pos])
         return decoder_layer(m.config, ops, self.layer, x, cos, sin, attend)

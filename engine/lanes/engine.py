@@ -17,7 +17,7 @@ from engine.kv.plan import PagePlan
 from engine.lanes import calibrate, policy
 from engine.lanes.clock import Clock, RealClock
 from engine.lanes.request import Request
-from engine.lanes.sampling import logit_hash, margin, sample
+from engine.lanes.sampling import logit_hash, logit_hashes, margin, sample
 from engine.lanes.stream import Stream
 from engine.model.qwen3 import Segment
 
@@ -284,10 +284,11 @@ class Engine:
         outs = self.model.forward(segs, self.kv, self.drafter.taps)
         self.stats["rounds"] += 1
         absorbs: list[tuple[Stream, Any, int, list[int]]] = []
-        for s, seg, out, d in zip(streams, segs, outs, drafts, strict=True):
+        firsts = logit_hashes([out.logits[0] for out in outs])  # every stream emits row 0
+        for s, seg, out, d, h in zip(streams, segs, outs, drafts, firsts, strict=True):
             s.rounds += 1
             self.stats["decode_tokens"] += len(seg.tokens)
-            self._emit(s, list(out.logits), d, out, absorbs)
+            self._emit(s, list(out.logits), d, out, absorbs, h)
         if absorbs:  # the drafter takes the round's verified rows in one batch
             self.drafter.absorb_many(absorbs)
 
@@ -298,6 +299,7 @@ class Engine:
         drafts: list[int],
         out: Any,
         absorbs: list[tuple[Stream, Any, int, list[int]]] | None = None,
+        first_hash: str | None = None,
     ) -> None:
         """Sample from each logits row in order; keep drafts while they equal the sample.
 
@@ -314,7 +316,7 @@ class Engine:
             tok = sample(row, s.req.temperature, s.req.seed, len(s.tokens) + i)
             emitted.append(tok)
             s.margins.append(margin(row))
-            s.logit_hashes.append(logit_hash(row))
+            s.logit_hashes.append(first_hash if i == 0 and first_hash else logit_hash(row))
             if tok in stops or len(s.generated) + len(emitted) >= limit:
                 break
             if i >= len(drafts) or tok != drafts[i]:

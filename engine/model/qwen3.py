@@ -190,15 +190,51 @@ def decoder_layer(
     config: ModelConfig, ops: Ops, layer: Layer, x: Array, cos: Array, sin: Array, attend: Attend
 ) -> Array:
     """x + attention + MLP; `attend(q, k, v)` stores k/v where it must and returns [n, Hq, D]."""
+    h = ops.rms_norm(x, layer.in_norm, config.rms_norm_eps)
+    return decoder_block(config, ops, layer, x, h, cos, sin, attend, None)[0]
+
+
+def decoder_block(
+    config: ModelConfig,
+    ops: Ops,
+    layer: Layer,
+    x: Array,
+    h: Array,
+    cos: Array,
+    sin: Array,
+    attend: Attend,
+    norm: Array | None,
+) -> tuple[Array, Array | None]:
+    """decoder_layer of x whose input norm h the caller made, and the output's norm by the
+    weight `norm` (the next layer's input norm, or the final one; None: no norm), each
+    residual add fused with the norm after it where the backend offers it (same bits)."""
     eps, n = config.rms_norm_eps, x.shape[0]
-    q, k, v = project_qkv(config, ops, layer, ops.rms_norm(x, layer.in_norm, eps), cos, sin)
+    q, k, v = project_qkv(config, ops, layer, h, cos, sin)
     attn = attend(q, k, v).reshape(n, config.num_heads * config.head_dim)
-    x = ops.add(x, ops.linear(attn, layer.o))
+    x, h = add_norm(ops, x, ops.linear(attn, layer.o), layer.post_norm, eps)
     if layer.moe is not None:
-        return ops.add(x, ops.moe_ffn(ops.rms_norm(x, layer.post_norm, eps), layer.moe))
-    gu = ops.linear(ops.rms_norm(x, layer.post_norm, eps), layer.gate_up)
-    inter = config.intermediate_size
-    return ops.add(x, ops.linear(ops.silu_mul(gu[:, :inter], gu[:, inter:]), layer.down))
+        mlp = ops.moe_ffn(h, layer.moe)
+    else:
+        gu = ops.linear(h, layer.gate_up)
+        inter = config.intermediate_size
+        mlp = ops.linear(ops.silu_mul(gu[:, :inter], gu[:, inter:]), layer.down)
+    if norm is None:
+        return ops.add(x, mlp), None
+    return add_norm(ops, x, mlp, norm, eps)
+
+
+def add_norm(ops: Ops, a: Array, b: Array, w: Array, eps: float) -> tuple[Array, Array]:
+    """(a + b, rms_norm(a + b, w)): one fused call where the backend has it."""
+    fused = ops.add_rms_norm(a, b, w, eps)
+    if fused is not None:
+        return fused
+    s = ops.add(a, b)
+    return s, ops.rms_norm(s, w, eps)
+
+
+def next_norm(model: Qwen3, li: int) -> Array:
+    """The norm after layer li: the next layer's input norm, or the final norm."""
+    return model.layers[li + 1].in_norm if li + 1 < len(model.layers) else model.norm
 
 
 def build(config: ModelConfig, tensors: dict[str, np.ndarray], ops: Ops) -> Qwen3:
@@ -247,15 +283,16 @@ def forward(
     cos, sin = ops.asarray(model.cos[positions]), ops.asarray(model.sin[positions])
     x = ops.embed(model.embed, ids)
     tapped: dict[int, Array] = {}
+    h = ops.rms_norm(x, model.layers[0].in_norm, cfg.rms_norm_eps) if model.layers else None
     for li, layer in enumerate(model.layers):
 
         def attend(q: Array, k: Array, v: Array, li: int = li) -> Array:
             return kv.store_attend(li, rows, positions, q, k, v)
 
-        x = decoder_layer(cfg, ops, layer, x, cos, sin, attend)
+        x, h = decoder_block(cfg, ops, layer, x, h, cos, sin, attend, next_norm(model, li))
         if li in taps:
             tapped[li] = x
-    final = ops.rms_norm(x, model.norm, cfg.rms_norm_eps)
+    final = h if h is not None else ops.rms_norm(x, model.norm, cfg.rms_norm_eps)
     results = []
     for si, seg in enumerate(segments):
         rows = int(bounds[si]) + np.asarray(seg.logit_rows, dtype=np.int64)

@@ -111,6 +111,11 @@ class Ops(Protocol):
         or None where the backend has none (the forward then runs rope(rms_norm(.)))."""
         ...
 
+    def add_rms_norm(self, a: Array, b: Array, w: Array, eps: float) -> tuple[Array, Array] | None:
+        """(a + b, rms_norm(a + b, w)) in one fused call with the bits of the two ops, or None
+        where the backend has none (the forward then adds, then norms)."""
+        ...
+
     def decode_step(self, model: Any, segments: list[Any], kv: KVMemory, taps: tuple) -> Any:
         """The whole forward of a step as one fused call (cupy: a replayed CUDA graph) with
         the bits of the op-by-op forward, or None where the backend has none for it."""

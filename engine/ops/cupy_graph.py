@@ -1,10 +1,12 @@
-"""The decode step of the cupy backend as one CUDA graph, captured once and replayed.
+"""Plain steps of the cupy backend as CUDA graphs, captured once per row count and replayed.
 
-A decode step (every segment one token, logits of that token) always runs at `rows` =
-`ops.row_tile` rows: the streams' rows first, then padded rows whose K/V go to the KV
-memory's scratch page. The graph runs exactly the kernels of the eager forward at that row
-count (the eager linear pads to the same tile; norms, RoPE and attention work per row), so
-replay gives the eager bits, which tests/engine/test_cupy_backend.py checks.
+A step of at most MAX_ROWS rows (decode: every segment one token; a prompt step: one segment
+of up to MAX_ROWS tokens; no taps) runs at `rows` = its row count rounded up to
+`ops.row_tile`: the segments' rows first, then padded rows whose K/V go to the KV memory's
+scratch page. The graph runs exactly the kernels of the eager forward at that row count (the
+eager linear pads to the same tile; norms, RoPE, the KV store and attention work per row; a
+row's logits come from a GEMM tile of other rows, which `probe_linear` checked keeps its
+bits), so replay gives the eager bits, which tests/engine/test_cupy_backend.py checks.
 
 Inputs live in fixed device buffers (token ids, RoPE rows, slots, page lists, positions)
 that each step overwrites before the replay. Every buffer the captured work allocates is
@@ -20,33 +22,32 @@ import cupy as cp
 import cupyx
 import numpy as np
 
-from engine.model.qwen3 import SegmentOut, decoder_layer
+from engine.model.qwen3 import SegmentOut, decoder_block, next_norm
+
+MAX_ROWS = 64  # the engine's default prompt step; steps of more rows run eagerly
 
 
 def decode_step(model: Any, segments: list[Any], kv: Any, taps: tuple[int, ...] = ()) -> Any:
-    """The forward's outputs through the graph, or None where this step is no plain decode
-    step of at most `row_tile` streams (the caller then runs the eager forward)."""
-    ops = model.ops
-    if taps or not segments or len(segments) > ops.row_tile:
+    """The forward's outputs through a graph, or None where this step is not a plain one
+    of at most MAX_ROWS rows (the caller then runs the eager forward)."""
+    tile = model.ops.row_tile
+    total = sum(len(s.tokens) for s in segments)
+    rows = max(1, -(-total // tile)) * tile
+    if taps or not segments or rows > max(tile, MAX_ROWS):
         return None
     if any(layer.moe is not None for layer in model.layers):
         return None  # routing reads the host: MoE steps run eagerly
     for s in segments:
-        if len(s.tokens) != 1 or list(np.asarray(s.logit_rows)) != [0]:
-            return None
-        if -(-(s.start + 1) // kv.page_rows) > kv.lane_pages:
-            return None
-        if s.start >= model.config.max_position_embeddings:
+        n, used = len(s.tokens), -(-(s.start + len(s.tokens)) // kv.page_rows)
+        if not n or used > kv.lane_pages or used > len(s.pages):
+            return None  # the eager forward says what is wrong
+        if s.start + n > model.config.max_position_embeddings:
             return None
     graphs = kv.__dict__.setdefault("_decode_graphs", {})
-    graph = graphs.get(id(model))
+    graph = graphs.get((id(model), rows))
     if graph is None:
-        graph = graphs[id(model)] = DecodeGraph(model, kv, ops.row_tile)
-    logits, hidden = graph.run(segments)
-    return [
-        SegmentOut(logits=logits[i : i + 1], hidden=hidden[i : i + 1], taps={}, start=s.start)
-        for i, s in enumerate(segments)
-    ]
+        graph = graphs[id(model), rows] = DecodeGraph(model, kv, rows)
+    return graph.run(segments)
 
 
 class DecodeGraph:
@@ -68,19 +69,22 @@ class DecodeGraph:
 
     def _fill(self, segments: list[Any]) -> None:
         """Write the step's inputs into the fixed buffers (on the graph's stream)."""
-        kv, m, n, r = self.kv, self.model, len(segments), self.rows
+        kv, m, r, pr = self.kv, self.model, self.rows, self.kv.page_rows
         pos = np.zeros(r, dtype=np.int64)
-        pos[:n] = [s.start for s in segments]
         ids = np.zeros(r, dtype=np.int64)
-        ids[:n] = [int(s.tokens[0]) for s in segments]
         ptab = np.full((r, kv.lane_pages), kv.scratch, dtype=np.int32)
-        slots = np.full(r, kv.scratch * kv.page_rows, dtype=np.int64)
-        for i, s in enumerate(segments):
-            used = -(-(s.start + 1) // kv.page_rows)
-            ptab[i, :used] = s.pages[:used]
-            slots[i] = s.pages[s.start // kv.page_rows] * kv.page_rows + s.start % kv.page_rows
-        last = pos.astype(np.int32)
-        last[n:] = 0
+        slots = np.full(r, kv.scratch * pr, dtype=np.int64)
+        i = 0
+        for s in segments:
+            n = len(s.tokens)
+            p = s.start + np.arange(n)
+            pages = np.asarray(s.pages[: -(-(s.start + n) // pr)], dtype=np.int64)
+            ids[i : i + n] = s.tokens
+            pos[i : i + n] = p
+            ptab[i : i + n, : len(pages)] = pages
+            slots[i : i + n] = pages[p // pr] * pr + p % pr
+            i += n
+        last = pos.astype(np.int32)  # causal: a row sees keys up to its own position
         for dev, host in (
             (self.ids, ids),
             (self.cos, m.cos[pos]),
@@ -96,17 +100,19 @@ class DecodeGraph:
         m, kv, ops, cfg = self.model, self.kv, self.model.ops, self.model.config
         meta = (self.ptab, self.poff, self.last, kv.page_rows)
         x = ops.embed(m.embed, self.ids)
+        h = ops.rms_norm(x, m.layers[0].in_norm, cfg.rms_norm_eps) if m.layers else None
         for li, layer in enumerate(m.layers):
 
             def attend(q: Any, k: Any, v: Any, li: int = li) -> Any:
                 ke = kv.k_exp[li] if kv.k_exp else None
                 ve = kv.v_exp[li] if kv.v_exp else None
-                kv.store(k, self.slots, kv.k[li], ke)
-                kv.store(v, self.slots, kv.v[li], ve)
+                kv.store_kv(li, k, v, self.slots)
                 return ops.attend(kv.kind, q, kv.k[li], kv.v[li], ke, ve, meta)
 
-            x = decoder_layer(cfg, ops, layer, x, self.cos, self.sin, attend)
-        final = ops.rms_norm(x, m.norm, cfg.rms_norm_eps)
+            x, h = decoder_block(
+                cfg, ops, layer, x, h, self.cos, self.sin, attend, next_norm(m, li)
+            )
+        final = h if h is not None else ops.rms_norm(x, m.norm, cfg.rms_norm_eps)
         return ops.linear(final, m.lm_head), final
 
     def _capture(self) -> None:
@@ -130,7 +136,7 @@ class DecodeGraph:
                 cp.cuda.set_allocator(pool.malloc)
         self.keep = keep
 
-    def run(self, segments: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    def run(self, segments: list[Any]) -> list[SegmentOut]:
         cp.cuda.get_current_stream().synchronize()  # eager work before this step is done
         self._fill(segments)
         if self.graph is None:
@@ -139,15 +145,35 @@ class DecodeGraph:
             self._capture()
         self.graph.launch(self.stream)
         logits, hidden = self.out
-        n = len(segments)
+        need, bounds, a = [], [0], 0
+        for s in segments:
+            need.extend(a + int(j) for j in np.asarray(s.logit_rows, dtype=np.int64))
+            bounds.append(len(need))
+            a += len(s.tokens)
+        k = len(need)
         # page-locked, so the copy back runs at full PCIe speed, and handed out as it is (no
         # copy on the host: 4.9 MB at 8 rows): a fresh buffer of CuPy's pinned pool each step,
         # which gives the last step's buffer back once nobody holds its rows any more
-        host = cupyx.empty_pinned(logits.shape, dtype=np.float32)
-        logits[:n].get(stream=self.stream, out=host[:n])
-        hid = hidden[:n].get(stream=self.stream)
+        host = cupyx.empty_pinned((k, logits.shape[1]), dtype=np.float32)
+        with self.stream:
+            if need == list(range(k)):  # decode: the first k rows
+                lg, hd = logits[:k], hidden[:k]
+            else:
+                idx = cp.asarray(np.asarray(need, dtype=np.int64))
+                lg, hd = logits[idx], hidden[idx]
+            if k:
+                lg.get(stream=self.stream, out=host)
+            hid = hd.get(stream=self.stream)
         self.stream.synchronize()
-        return host[:n], hid
+        return [
+            SegmentOut(
+                logits=host[lo:hi] if hi > lo else None,
+                hidden=hid[lo:hi],
+                taps={},
+                start=s.start,
+            )
+            for s, lo, hi in zip(segments, bounds[:-1], bounds[1:], strict=True)
+        ]
 
     def replay_ms(self, reps: int = 50) -> float:
         """GPU time of one replay alone (no inputs written, nothing copied back)."""

@@ -123,21 +123,34 @@ class CupyKV:
         v: Any,
     ) -> Any:
         slots, ptab, poff, last = self._rows_meta(segments, positions)
-        for x, codes, exps in (
-            (k, self.k[layer], self.k_exp[layer] if self.k_exp else None),
-            (v, self.v[layer], self.v_exp[layer] if self.v_exp else None),
-        ):
-            self.store(x, slots, codes, exps)
+        self.store_kv(layer, k, v, slots)
         ke = self.k_exp[layer] if self.k_exp else None
         ve = self.v_exp[layer] if self.v_exp else None
         meta = (ptab, poff, last, self.page_rows)
         return self.ops.attend(self.kind, q, self.k[layer], self.v[layer], ke, ve, meta)
 
+    def store_kv(self, layer: int, k: Any, v: Any, slots: Any) -> None:
+        """`store` of k and of v [n, Hkv, D] into `slots` of `layer`, in one launch (the
+        same bytes as two)."""
+        k, v = _rows_apart(k), _rows_apart(v)
+        n, hkv, d = k.shape
+        if n == 0:
+            return
+        from engine.ops.cupy_ops import KINDS
+
+        ke = self.k_exp[layer] if self.k_exp else slots  # unread unless fp8
+        ve = self.v_exp[layer] if self.v_exp else slots
+        args = (
+            k, np.int64(k.strides[0] // 4), self.k[layer], ke,
+            v, np.int64(v.strides[0] // 4), self.v[layer], ve,
+            slots, np.int32(KINDS[self.kind]), np.int32(hkv),
+        )  # fmt: skip
+        self.ops.k["kv_store2"]((n, 2 * hkv), (d,), args, shared_mem=d * 4)
+
     def store(self, x: Any, slots: Any, codes: Any, exps: Any) -> None:
         """Encode rows x [n, Hkv, D] into `slots` of `codes` (and `exps` for fp8)."""
+        x = _rows_apart(x)
         n, hkv, d = x.shape
-        if x.dtype != cp.float32 or x.strides[1:] != (d * 4, 4) or x.strides[0] % 4:
-            x = cp.ascontiguousarray(x, dtype=cp.float32)  # else rows may be apart (a slice)
         if n == 0:
             return
         from engine.ops.cupy_ops import KINDS
@@ -145,3 +158,12 @@ class CupyKV:
         args = (x, slots, codes, exps if exps is not None else slots, np.int32(KINDS[self.kind]))
         tail = (np.int32(hkv), np.int64(x.strides[0] // 4))
         self.ops.k["kv_store"]((n, hkv), (d,), (*args, *tail), shared_mem=d * 4)
+
+
+def _rows_apart(x: Any) -> Any:
+    """x [n, Hkv, D] as float32 with each row's heads adjacent (rows may be apart: a column
+    slice of a wider output), copied only where it is not."""
+    d = x.shape[-1]
+    if x.dtype != cp.float32 or x.strides[1:] != (d * 4, 4) or x.strides[0] % 4:
+        return cp.ascontiguousarray(x, dtype=cp.float32)
+    return x

@@ -53,3 +53,24 @@ class CupyLanes:
             self.rows,
         )
         return self.ops.attend("f32", q, self.k[layer], self.v[layer], None, None, meta)
+
+    def attend_many(self, layer: int, items: list[tuple[int, Any, np.ndarray, int]]) -> list[Any]:
+        """`attend` for several (lane, q, q_pos, length) in one launch: every query row gets
+        its own lane as its one page and its own last position, so each row is computed
+        exactly as alone (the kernel's blocks never look at other rows)."""
+        if len(items) == 1:
+            return [self.attend(layer, *items[0])]
+        counts = [len(q) for _, q, _, _ in items]
+        last = np.concatenate(
+            [np.minimum(np.asarray(pos, dtype=np.int64), length - 1) for _, _, pos, length in items]
+        ).astype(np.int32)
+        meta = (
+            cp.asarray(np.asarray([lane for lane, _, _, _ in items], dtype=np.int32)),
+            cp.asarray(np.repeat(np.arange(len(items), dtype=np.int32), counts)),
+            cp.asarray(last),
+            self.rows,
+        )
+        q = cp.concatenate([cp.asarray(q, dtype=cp.float32) for _, q, _, _ in items], axis=0)
+        out = self.ops.attend("f32", q, self.k[layer], self.v[layer], None, None, meta)
+        bounds = np.cumsum([0, *counts])
+        return [out[a:z] for a, z in zip(bounds[:-1], bounds[1:], strict=True)]

@@ -30,7 +30,7 @@ from engine.errors import EngineFailure
 
 F32 = cp.float32
 KINDS = {"f32": 0, "bf16": 1, "fp8": 2}
-_SOURCE = Path(__file__).with_name("cupy_kernels.cu")
+_SOURCES = ("cupy_kernels.cu", "cupy_attend.cu")  # one module, in this order
 ATTEND_HEAD_DIMS = (32, 64, 128, 256)  # attend_<kind>_<D> in cupy_kernels.cu
 
 
@@ -57,6 +57,10 @@ def _ptr(a: Any) -> Any:
     return a if a is not None else np.uint64(0)
 
 
+def _plain(a: Any) -> bool:
+    return isinstance(a, cp.ndarray) and a.dtype == F32 and a.flags.c_contiguous
+
+
 def _unit_cols(a: Any) -> Any:
     """A float32 2-D array whose columns are adjacent (rows may be apart)."""
     if a.dtype != F32 or a.ndim != 2 or a.strides[1] != 4 or a.strides[0] % 4:
@@ -79,11 +83,15 @@ class CupyOps:
         self.probe = probe
         self._bf16: tuple[Any, Any] | None = None  # (y, its bf16 bits): see _bf16_out
         self.key_block = 0  # attention chunks are head_dim keys long (see the kernel)
-        self.module = cp.RawModule(code=_SOURCE.read_text(), options=("-std=c++17",))
+        code = "\n".join((Path(__file__).parent / f).read_text() for f in _SOURCES)
+        self.module = cp.RawModule(code=code, options=("-std=c++17",))
         self.k = {
             n: self.module.get_function(n)
-            for n in ("to_bf16", "rms_norm", "rope", "silu_mul", "kv_store", "qk_norm_rope")
-        }
+            for n in (
+                "to_bf16", "rms_norm", "add_rms_norm", "rope", "silu_mul", "kv_store",
+                "kv_store2", "qk_norm_rope",
+            )
+        }  # fmt: skip
         self.attend_k = {
             (kind, d): self.module.get_function(f"attend_{kind}_{d}")
             for kind in KINDS
@@ -125,17 +133,25 @@ class CupyOps:
         self._bf16 = (y, yb)
         return yb
 
-    def linear(self, x: Any, w: CupyWeight) -> Any:
+    def _twin_of(self, x: Any) -> Any:
+        """The bf16 twin remembered for x (the same memory, shape and strides: a view like
+        attention's reshaped output counts), or None."""
         twin = self._bf16
-        if twin is not None and x is twin[0]:
+        if twin is None or not isinstance(x, cp.ndarray):
+            return None
+        y = twin[0]
+        same = x.data.ptr == y.data.ptr and x.shape == y.shape and x.strides == y.strides
+        return twin[1] if same and x.dtype == y.dtype else None
+
+    def linear(self, x: Any, w: CupyWeight) -> Any:
+        xb = self._twin_of(x)
+        if xb is not None:
             # x came from rms_norm or silu_mul, which wrote its bf16 bits beside it: the same
             # bits to_bf16 would make (f32_to_bf16 of the same floats), one launch fewer
-            xb = twin[1]
             m, k = x.shape
         else:
             x = cp.ascontiguousarray(x, dtype=F32)
             m, k = x.shape
-            xb = None
         if k != w.k:
             raise EngineFailure(f"cupy linear: input has {k} columns, weight expects {w.k}")
         t = self.row_tile
@@ -187,6 +203,23 @@ class CupyOps:
                 shared_mem=threads * 4,
             )  # fmt: skip
         return y
+
+    def add_rms_norm(self, a: Any, b: Any, w: Any, eps: float) -> tuple[Any, Any] | None:
+        """(a + b, rms_norm(a + b, w)) in one launch, with the bits of add then rms_norm;
+        None (the caller runs the two) where a or b is not a contiguous float32 matrix."""
+        if a.ndim != 2 or a.shape != b.shape or not all(_plain(t) for t in (a, b)):
+            return None
+        rows, cols = a.shape
+        s = cp.empty_like(a)
+        y = cp.empty_like(a)
+        if rows:
+            yb = self._bf16_out(y)
+            threads = 256 if cols >= 256 else 1 << max(0, (cols - 1).bit_length())
+            self.k["add_rms_norm"](
+                (rows,), (threads,), (a, b, s, w, y, _ptr(yb), np.int32(cols), np.float32(eps)),
+                shared_mem=threads * 4,
+            )  # fmt: skip
+        return s, y
 
     def rope(self, x: Any, cos: Any, sin: Any) -> Any:
         x = cp.ascontiguousarray(x, dtype=F32)
@@ -265,12 +298,15 @@ class CupyOps:
         if d not in ATTEND_HEAD_DIMS:
             raise EngineFailure(f"cupy attention: head_dim {d} is not one of {ATTEND_HEAD_DIMS}")
         ptab, poff, last, page_rows = meta
-        out = cp.empty_like(q)
+        flat = cp.empty((n, hq * d), dtype=F32)  # [n, Hq * D]: the o projection's input
+        out = flat.reshape(n, hq, d)
         if n:
             ke = ke if ke is not None else poff  # unread unless fp8
             ve = ve if ve is not None else poff
+            outb = _ptr(self._bf16_out(flat))  # its bf16 bits too: no conversion launch
             sizes = (np.int32(hq), np.int32(hkv), np.int32(page_rows))
-            args = (q, kc, vc, ke, ve, ptab, poff, last, out, *sizes, np.float32(1.0 / np.sqrt(d)))
+            args = (q, kc, vc, ke, ve, ptab, poff, last, out, outb, *sizes)
+            args = (*args, np.float32(1.0 / np.sqrt(d)))
             ng = 4  # ATT_NG in cupy_kernels.cu
             shared = (d + 5 * ng * d + 2 * ng) * 4
             self.attend_k[kind, d]((n, hq), (d * ng,), args, shared_mem=shared)

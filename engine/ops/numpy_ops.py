@@ -141,6 +141,9 @@ class NumpyOps:
 
         return moe_ffn(self, x, moe)
 
+    def add_rms_norm(self, *sum_and_norm: object) -> None:
+        return None  # not fused: the forward adds, then norms
+
     def qk_norm_rope(self, *qkv_heads_norms_rope: object) -> None:
         return None  # not fused: the forward norms and ropes q and k op by op
 

@@ -104,6 +104,45 @@ def test_bf16_twin_of_norm_and_silu_equals_conversion(ops) -> None:  # type: ign
             assert fused.tobytes() == plain.tobytes()
 
 
+def test_fused_launches_equal_the_ops_they_replace(ops) -> None:  # type: ignore[no-untyped-def]
+    """add_rms_norm == add then rms_norm; kv_store2 (k and v in one launch) == two
+    kv_store, bf16 and fp8, v a strided slice; attention's bf16 twin == its conversion, as
+    the o projection reads it (reshaped). Bit for bit, at a full and a partial row tile."""
+    import cupy as cp
+
+    rng = np.random.default_rng(7)
+    w = ops.asarray(rng.standard_normal(1024).astype(np.float32))
+    lin = ops.prepare_linear(rng.standard_normal((64, 1024)).astype(np.float32))
+    for m in (ops.row_tile, 5):
+        a, b = (ops.asarray(rng.standard_normal((m, 1024)).astype(np.float32)) for _ in "ab")
+        s, y = ops.add_rms_norm(a, b, w, 1e-6)
+        plain = ops.rms_norm(a + b, w, 1e-6)
+        assert s.tobytes() == (a + b).tobytes() and y.tobytes() == plain.tobytes()
+        assert ops.linear(y, lin).tobytes() == ops.linear(y.copy(), lin).tobytes()
+    for kind in ("bf16", "fp8"):
+        one, two = (ops.new_kv(1, 4, 16, 2, 64, kind, 1, 64) for _ in "12")
+        k = ops.asarray(rng.standard_normal((5, 2, 64)).astype(np.float32))
+        wide = ops.asarray(rng.standard_normal((5, 3, 2, 64)).astype(np.float32))
+        v = wide[:, 1]  # rows 3 heads apart
+        slots = cp.asarray(np.array([0, 3, 17, 40, 63], dtype=np.int64))
+        for x, codes, exps in ((k, one.k, one.k_exp), (v, one.v, one.v_exp)):
+            one.store(x, slots, codes[0], exps[0] if exps else None)
+        two.store_kv(0, k, v, slots)
+        for x, y in (
+            (one.k, two.k),
+            (one.v, two.v),
+            (one.k_exp, two.k_exp),
+            (one.v_exp, two.v_exp),
+        ):
+            assert x is None or x[0].tobytes() == y[0].tobytes()
+    q = ops.asarray(rng.standard_normal((5, 4, 64)).astype(np.float32))
+    kk, vv = (ops.asarray(rng.standard_normal((70, 2, 64)).astype(np.float32)) for _ in "kv")
+    out = ops.attention(q, kk, vv, np.array([0, 9, 33, 64, 69])).reshape(5, 256)
+    lin = ops.prepare_linear(rng.standard_normal((32, 256)).astype(np.float32))
+    assert ops._twin_of(out) is not None
+    assert ops.linear(out, lin).tobytes() == ops.linear(out.copy(), lin).tobytes()
+
+
 def test_qk_norm_rope_matches_numpy(ops) -> None:  # type: ignore[no-untyped-def]
     """The fused q/k norm + RoPE of a qkv row (v columns left alone) against numpy in
     float64, at head dims 32 and 128."""
@@ -141,8 +180,9 @@ def test_attention_head_dims_match_numpy(ops) -> None:  # type: ignore[no-untype
 
 
 def test_graph_decode_equals_eager(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """Decode steps replayed from one CUDA graph give the eager forward's logits and KV
-    bytes, for 1 and 3 streams, with the padded rows kept out of the streams' pages."""
+    """Prompt steps and decode steps replayed from CUDA graphs give the eager forward's
+    logits, hidden rows and KV bytes, for 1 and 3 streams, with the padded rows kept out of
+    the streams' pages."""
     from engine.model.loader import load_model
     from engine.model.qwen3 import Segment
     from engine.ops.cupy_graph import decode_step
@@ -154,10 +194,12 @@ def test_graph_decode_equals_eager(tmp_path, monkeypatch) -> None:  # type: igno
     for kind in ("bf16", "fp8"):
         kvs = [model.new_kv(24, 16, kind, lanes=3, lane_rows=128) for _ in range(2)]
         lanes = [[8 * i + j for j in range(8)] for i in range(3)]
-        for i, n in enumerate((5, 17, 40)):
+        for i, n in enumerate((5, 17, 40)):  # prompt steps: graphs of 8, 24 and 40 rows
             seg = Segment(rng.integers(0, 512, n), 0, lanes[i], np.asarray([n - 1]), lane=i)
-            for kv in kvs:
-                model.forward([seg], kv)
+            (eager,) = model.forward([seg], kvs[0])
+            (graph,) = decode_step(model, [seg], kvs[1])
+            assert eager.logits.tobytes() == graph.logits.tobytes()
+            assert eager.hidden.tobytes() == graph.hidden.tobytes()
         starts = [5, 17, 40]
         for step in range(4):
             live = [0] if step == 0 else [0, 1, 2]

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# One device call for the cupy backend, head against a base tree, everything in one run:
+#   bench/cupy_round.sh BASE_DIR OUT_DIR [--transformers]
+# 1. the cupy tests of the head (tests/engine/test_cupy_backend.py, tests/conformance -k cupy);
+# 2. replies of base and head through `python -m engine run` (bench/exact_cli.py, serial and
+#    --parallel 8, bf16 and fp8, synthetic:qwen3-0.6b): head == serial, and head == base
+#    (ids, margins, logit hashes, finish reasons);
+# 3. bench/cupy_speed.py, base then head (and compiled transformers with --transformers);
+# 4. `python -m engine bench --backend cupy --parallel 1,8`, base then head, on the tiny
+#    fixture and on synthetic:qwen3-0.6b.
+# HEAD_ENV (e.g. ENGINE_CUPY_TILE_CALLS=1) is set for every head-side command.
+# Logs and JSON go to OUT_DIR; a short table is printed last.
+set -u
+BASE=$1
+OUT=$2
+HF=${3:-}
+HEAD=$(pwd)
+HEAD_ENV=${HEAD_ENV:-ENGINE_ROUND_SIDE=head}
+export PYTHONUNBUFFERED=1 ENGINE_SYNTHETIC_DIR=${ENGINE_SYNTHETIC_DIR:-/tmp/syn}
+M=synthetic:qwen3-0.6b
+mkdir -p "$OUT"
+t0=$(date +%s)
+lap() { echo "[$(($(date +%s) - t0)) s] $*"; }
+
+env $HEAD_ENV python3 -m pytest -q -p no:cacheprovider tests/engine/test_cupy_backend.py tests/conformance \
+    -k cupy >"$OUT/tests.log" 2>&1
+lap "tests rc=$?: $(tail -1 "$OUT/tests.log")"
+
+for side in base head; do
+    dir=$BASE; senv=ENGINE_ROUND_SIDE=base
+    [ $side = head ] && dir=$HEAD && senv=$HEAD_ENV
+    (cd "$dir" && env $senv python3 bench/exact_cli.py --model $M --backend cupy --out /tmp/exact-$side \
+        --arms parallel8) >"$OUT/exact-$side.log" 2>&1
+    lap "exact $side rc=$?: $(grep -c 'serial: yes' "$OUT/exact-$side.log") arms == serial"
+done
+python3 - <<'EOF' >"$OUT/exact-cross.log" 2>&1
+import json, pathlib
+keys = ("ids", "margins", "logit_hashes", "finish_reason")
+bad = n = 0
+for f in sorted(pathlib.Path("/tmp/exact-head").glob("*.jsonl")):
+    if f.name == "requests.jsonl":
+        continue
+    a = [json.loads(x) for x in f.read_text().splitlines()]
+    b = [json.loads(x) for x in (pathlib.Path("/tmp/exact-base") / f.name).read_text().splitlines()]
+    for ra, rb in zip(sorted(a, key=lambda r: r["id"]), sorted(b, key=lambda r: r["id"])):
+        n += 1
+        bad += any(ra[k] != rb[k] for k in keys)
+print(f"head == base: {n - bad} of {n} replies")
+EOF
+lap "$(cat "$OUT/exact-cross.log")"
+
+for side in base head; do
+    [ -n "${ROUND_SKIP_SPEED:-}" ] && break  # ROUND_SKIP_SPEED=1: no cupy_speed.py
+    dir=$BASE; senv=ENGINE_ROUND_SIDE=base
+    extra=()
+    [ $side = head ] && dir=$HEAD && senv=$HEAD_ENV && [ -n "$HF" ] && extra=(--transformers static)
+    (cd "$dir" && env $senv python3 bench/cupy_speed.py --model $M --streams 1 8 --steps 32 "${extra[@]}" \
+        --json "$OUT/speed-$side.json") >"$OUT/speed-$side.log" 2>&1
+    lap "cupy_speed $side rc=$?"
+done
+
+for model in fixtures/models/tiny-qwen3 $M; do
+    for side in base head; do
+        dir=$BASE; senv=ENGINE_ROUND_SIDE=base
+        [ $side = head ] && dir=$HEAD && senv=$HEAD_ENV
+        tag=$(basename "$model" | tr ':' '-')
+        (cd "$dir" && env $senv python3 -m engine bench --backend cupy --model "$model" --parallel 1,8 \
+            --json) >"$OUT/bench-$tag-$side.json" 2>"$OUT/bench-$tag-$side.log"
+        lap "bench $tag $side rc=$?"
+    done
+done
+
+python3 - "$OUT" <<'EOF'
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+print("cupy_speed (synthetic:qwen3-0.6b, context 512): step ms / replay ms")
+for side in ("base", "head"):
+    f = out / f"speed-{side}.json"
+    if f.exists():
+        for r in json.loads(f.read_text()):
+            print(f"  {side} {r['engine']:<26} {r['streams']} streams  step {r['step_ms']:.3f}"
+                  f"  replay {r.get('replay_ms', float('nan')):.3f}  prefill {r.get('prefill_tok_s', 0):.0f}")
+print("engine bench --parallel 1,8: decode tok/s")
+for f in sorted(out.glob("bench-*.json")):
+    try:
+        sweep = json.loads(f.read_text())["sweep"]
+    except Exception as exc:
+        print(f"  {f.name}: {exc}")
+        continue
+    print(f"  {f.stem:<34}" + "  ".join(
+        f"{r['parallel']}: {r['decode_tok_s']:8.1f} ({r['decode_cpu_s_per_token'] * 1e3:.2f} ms cpu/tok)"
+        for r in sweep))
+EOF

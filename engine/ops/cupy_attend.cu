@@ -1,0 +1,191 @@
+// Attention kernels of the cupy backend: compiled after cupy_kernels.cu (its helpers:
+// the codecs, load_code, the trees), in one NVRTC module (see CupyOps.__init__).
+
+// Trees over one group's D values (D a power of two; t the thread's index in its group). Every
+// thread of the block calls them the same number of times: their barriers are block-wide.
+__device__ __forceinline__ float group_max(float* red, int t, int D, float v) {
+    red[t] = v;
+    __syncthreads();
+    for (int s = D >> 1; s > 0; s >>= 1) {
+        if (t < s) red[t] = fmaxf(red[t], red[t + s]);
+        __syncthreads();
+    }
+    float out = red[0];
+    __syncthreads();
+    return out;
+}
+
+__device__ __forceinline__ float group_sum(float* red, int t, int D, float v) {
+    red[t] = v;
+    __syncthreads();
+    for (int s = D >> 1; s > 0; s >>= 1) {
+        if (t < s) red[t] = red[t] + red[t + s];
+        __syncthreads();
+    }
+    float out = red[0];
+    __syncthreads();
+    return out;
+}
+
+// Causal attention of q [n, Hq, D] over keys stored in pages, one block per (row, q head) of
+// ATT_NG groups of D threads (D = head_dim, a template parameter: 32, 64, 128 or 256, so the
+// loops over a lane's dims unroll and a warp issues the loads of G keys before it sums any:
+// the scoring waits on memory about once per G keys, not once per dim). Row r sees keys 0..last[r]
+// of its stream, through its page list ptab[poff[r]..]. Keys are cut into chunks of D at
+// absolute positions; chunk c belongs to group c % ATT_NG, which takes its chunks in order
+// with an online softmax. Per chunk: each warp scores every nwarps-th key (each lane sums its
+// D/32 adjacent dimensions in order, then a fixed shuffle tree), a tree max and a tree sum,
+// then each thread accumulates its output dimension over the chunk's keys (ATT_GV
+// interleaved partial sums, merged by a fixed tree). At the end the groups' (max, sum,
+// output) merge in group order. Every order depends on last[r] and D alone, never on other
+// rows; no atomics, nothing split across blocks.
+template <int KIND, int D>
+__device__ void attend_paged(const float* q, const void* kc, const void* vc,
+                             const signed char* ke, const signed char* ve, const int* ptab,
+                             const int* poff, const int* last_pos, float* out,
+                             unsigned short* outb, int hq, int hkv, int page_rows, float scale) {
+    extern __shared__ float sh[];
+    constexpr int per = D / 32, nwarps = D / 32, GD = ATT_NG * D;
+    // keys scored at once by one warp: all their loads are issued before the first sum
+    constexpr int G = per <= 4 ? 2 * ATT_G : ATT_G;
+    const int g = threadIdx.x / D, t = threadIdx.x % D;
+    const int lane = t & 31, warp = t >> 5;
+    float* qs = sh;
+    float* ps = sh + D + g * D;
+    float* red = sh + D + GD + g * D;
+    float* kex = sh + D + 2 * GD + g * D;
+    float* vex = sh + D + 3 * GD + g * D;
+    int* rows = (int*)(sh + D + 4 * GD) + g * D;  // (slot * hkv + kv head) of the chunk's keys
+    float* ms = sh + D + 5 * GD;
+    float* ls = ms + ATT_NG;
+    const int r = blockIdx.x, h = blockIdx.y, kvh = h / (hq / hkv);
+    const int* pages = ptab + poff[r];
+    const int last = last_pos[r];
+    if (g == 0) qs[t] = q[((long long)r * hq + h) * D + t] * scale;
+    float m = NEG_INF, l = 0.0f, acc = 0.0f;
+    const int nchunks = last / D + 1;
+    for (int it = 0; it * ATT_NG < nchunks; ++it) {
+        const int c0 = (it * ATT_NG + g) * D;
+        const bool live = c0 <= last;  // the same for the whole group
+        const int j = c0 + t;
+        if (live && j <= last) {
+            int row = (pages[j / page_rows] * page_rows + j % page_rows) * hkv + kvh;
+            rows[t] = row;
+            if (KIND == KIND_FP8) {
+                kex[t] = (float)ke[row];
+                vex[t] = (float)ve[row];
+            }
+        }
+        __syncthreads();
+        if (live) {
+            float qr[per];
+#pragma unroll
+            for (int i = 0; i < per; ++i) qr[i] = qs[lane * per + i];
+            for (int jb = warp; jb < D && c0 + jb <= last; jb += nwarps * G) {
+                float kv[G][per];
+#pragma unroll
+                for (int gg = 0; gg < G; ++gg) {
+                    const int jj = jb + gg * nwarps;
+                    if (jj < D && c0 + jj <= last) {
+                        const long long base = (long long)rows[jj] * D + lane * per;
+                        const float ex = KIND == KIND_FP8 ? kex[jj] : 0.0f;
+#pragma unroll
+                        for (int i = 0; i < per; ++i) kv[gg][i] = load_code<KIND>(kc, base + i, ex);
+                    } else {
+#pragma unroll
+                        for (int i = 0; i < per; ++i) kv[gg][i] = 0.0f;
+                    }
+                }
+#pragma unroll
+                for (int gg = 0; gg < G; ++gg) {
+                    float part = 0.0f;  // this lane's dims in order, then a fixed shuffle tree
+#pragma unroll
+                    for (int i = 0; i < per; ++i) part = part + qr[i] * kv[gg][i];
+#pragma unroll
+                    for (int off = 16; off > 0; off >>= 1)
+                        part = part + __shfl_down_sync(0xffffffffu, part, off);
+                    const int jj = jb + gg * nwarps;
+                    if (lane == 0 && jj < D) ps[jj] = part;
+                }
+            }
+        }
+        __syncthreads();
+        const bool seen = live && j <= last;
+        const float s = seen ? ps[t] : NEG_INF;
+        const float chunk_max = group_max(red, t, D, s);  // every group joins the barriers
+        const float m_new = live ? fmaxf(m, chunk_max) : m;
+        const float p = seen ? expf(s - m_new) : 0.0f;
+        ps[t] = p;
+        const float psum = group_sum(red, t, D, p);  // its barriers order ps[] for the reads below
+        if (live) {
+            const float alpha = expf(m - m_new);  // 0 on the group's first chunk
+            const int cn = min(D, last - c0 + 1);
+            float a[ATT_GV];
+#pragma unroll
+            for (int gg = 0; gg < ATT_GV; ++gg) a[gg] = 0.0f;
+            for (int jb = 0; jb < cn; jb += ATT_GV) {
+                float vals[ATT_GV];
+#pragma unroll
+                for (int gg = 0; gg < ATT_GV; ++gg) {
+                    const int jj = jb + gg;
+                    const float ex = KIND == KIND_FP8 && jj < cn ? vex[jj] : 0.0f;
+                    vals[gg] = jj < cn ? load_code<KIND>(vc, (long long)rows[jj] * D + t, ex) : 0.0f;
+                }
+#pragma unroll
+                for (int gg = 0; gg < ATT_GV; ++gg)
+                    if (jb + gg < cn) a[gg] = a[gg] + ps[jb + gg] * vals[gg];
+            }
+#pragma unroll
+            for (int w = ATT_GV / 2; w > 0; w >>= 1)
+#pragma unroll
+                for (int gg = 0; gg < w; ++gg) a[gg] = a[gg] + a[gg + w];
+            l = l * alpha + psum;
+            acc = acc * alpha + a[0];
+            m = m_new;
+        }
+        __syncthreads();
+    }
+    if (t == 0) {
+        ms[g] = m;
+        ls[g] = l;
+    }
+    sh[D + g * D + t] = acc;  // the groups' outputs, over their ps[] (no longer read)
+    __syncthreads();
+    if (g == 0) {
+        float big = ms[0];
+        for (int k = 1; k < ATT_NG; ++k) big = fmaxf(big, ms[k]);
+        float total = 0.0f, sum = 0.0f;
+        for (int k = 0; k < ATT_NG; ++k) {  // a group with no keys has m = -inf: weight 0
+            const float w = expf(ms[k] - big);
+            total = total + ls[k] * w;
+            sum = sum + sh[D + k * D + t] * w;
+        }
+        const float o = sum / total;
+        out[((long long)r * hq + h) * D + t] = o;
+        if (outb) outb[((long long)r * hq + h) * D + t] = f32_to_bf16(o);  // the o GEMM's input
+    }
+}
+
+extern "C" {
+
+#define ATTEND_ARGS                                                                    \
+    const float *q, const void *kc, const void *vc, const signed char *ke,             \
+        const signed char *ve, const int *ptab, const int *poff, const int *last_pos,  \
+        float *out, unsigned short *outb, int hq, int hkv, int page_rows, float scale
+#define ATTEND_PASS q, kc, vc, ke, ve, ptab, poff, last_pos, out, outb, hq, hkv, page_rows, scale
+// one kernel per code kind and head_dim (32, 64, 128, 256): attend_<kind>_<D>
+// (launch bounds: at D = 256 a block has 1024 threads, which caps a thread at 64 registers)
+#define ATTEND_KERNEL(NAME, KIND, D)                                     \
+    __global__ void __launch_bounds__(ATT_NG * D) NAME##_##D(ATTEND_ARGS) { \
+        attend_paged<KIND, D>(ATTEND_PASS);                              \
+    }
+#define ATTEND_KERNELS(D)                     \
+    ATTEND_KERNEL(attend_f32, KIND_F32, D)   \
+    ATTEND_KERNEL(attend_bf16, KIND_BF16, D) \
+    ATTEND_KERNEL(attend_fp8, KIND_FP8, D)
+ATTEND_KERNELS(32)
+ATTEND_KERNELS(64)
+ATTEND_KERNELS(128)
+ATTEND_KERNELS(256)
+
+}  // extern "C"
