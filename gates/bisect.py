@@ -214,7 +214,8 @@ def markdown(r: dict[str, Any]) -> str:
             arms += f", {c['not_comparable'] + c['not_run']} not run"
         verdict = {FAILS: "❌ fails", HOLDS: "✅ holds", SKIP: "⚠️ skipped"}[s["verdict"]]
         why = f": {s['why']}" if s["why"] else ""
-        rows.append([i, f"`{s['sha'][:10]}`", s["subject"], verdict + why, arms, f"{s['wall_s']}s"])
+        subject = s["subject"] if len(s["subject"]) <= 60 else s["subject"][:59] + "…"
+        rows.append([i, f"`{s['sha'][:10]}`", subject, verdict + why, arms, f"{s['wall_s']}s"])
     tried = len(r["steps"])
     return (
         f"### Gates bisect: {headline(r)}\n\n"
