@@ -63,6 +63,14 @@ def test_second_run_runs_no_arm_and_no_cache_runs_all(stub_repo):
     assert man3["matrix"]["ran"] == man3["matrix"]["arms"]
 
 
+# `python -m gates` with Python's SIGINT handler: a process started from a background shell
+# inherits SIGINT ignored, and Python then leaves it ignored (the run would never end)
+WITH_SIGINT = (
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('gates', run_name='__main__', alter_sys=True)"
+)
+
+
 def _wait_until(done, proc: subprocess.Popen, what: str, limit: float = 600) -> None:
     """Poll for an event; the limit only ends a run that is already broken."""
     deadline = time.monotonic() + limit
@@ -82,7 +90,7 @@ def test_interrupted_run_keeps_finished_arms(stub_repo, tmp_path):
     small.write_text(small.read_text().replace("timeout: 20", "timeout: 3600"))
     stub_repo.commit("hangs while the flag file exists", HANG_KV="fp8", HANG_FILE=str(flag))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "gates", "run", "--repo", str(stub_repo.root)]
+    cmd = [sys.executable, "-c", WITH_SIGINT, "run", "--repo", str(stub_repo.root)]
     cmd += ["--base", "main~1", "--head", "main", "--matrix", "matrices/small.yaml"]
     cmd += ["--quiet", "--jobs", "2"]
     proc = subprocess.Popen(
