@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import gate, git, run_gates
+from conftest import gate, git, hangs, run_gates, wait_until
 from gates.__main__ import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,24 +71,13 @@ WITH_SIGINT = (
 )
 
 
-def _wait_until(done, proc: subprocess.Popen, what: str, limit: float = 600) -> None:
-    """Poll for an event; the limit only ends a run that is already broken."""
-    deadline = time.monotonic() + limit
-    while not done():
-        assert proc.poll() is None, f"the run ended (exit {proc.returncode}) before {what}"
-        assert time.monotonic() < deadline, f"no {what} in {limit:.0f} s"
-        time.sleep(0.05)
-
-
 def test_interrupted_run_keeps_finished_arms(stub_repo, tmp_path):
     """Head's two fp8 arms hang (no timeout reaches them) and take both workers: every
     other arm has ended, and been stored, before the second starts to hang. SIGINT then
     exits 130 with those results kept, and the next run takes them from the store."""
     flag = tmp_path / "hang"
-    flag.write_text("")
-    small = stub_repo.root / "matrices" / "small.yaml"
-    small.write_text(small.read_text().replace("timeout: 20", "timeout: 3600"))
-    stub_repo.commit("hangs while the flag file exists", HANG_KV="fp8", HANG_FILE=str(flag))
+    stub_repo.hang_on(flag)
+    stub_repo.commit("hangs while the flag file exists")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-c", WITH_SIGINT, "run", "--repo", str(stub_repo.root)]
     cmd += ["--base", "main~1", "--head", "main", "--matrix", "matrices/small.yaml"]
@@ -102,7 +91,7 @@ def test_interrupted_run_keeps_finished_arms(stub_repo, tmp_path):
         return sum(1 for p in results.rglob("*.json")) if results.exists() else 0
 
     try:
-        _wait_until(lambda: len(list(tmp_path.glob("hang.hanging.*"))) == 2, proc, "2 hangs")
+        wait_until(lambda: hangs(flag) == 2, proc, "2 hangs")
         # capabilities of base and head, base's 2 arms, head's 2 bf16 arms (plain, serial)
         assert stored() == 6
         os.killpg(proc.pid, signal.SIGINT)
