@@ -26,7 +26,10 @@ COPY = ("engine", "gates", "tests", "fixtures", "matrices", "conftest.py", "pypr
 # module -> the tests that are its own (fast, host only)
 MODULES: dict[str, list[str]] = {
     "engine/lanes/policy.py": ["tests/engine/test_scheduler.py", "tests/engine/test_policy.py"],
-    "engine/lanes/sampling.py": ["tests/engine/test_logit_hash.py", "tests/engine/test_sampling.py"],
+    "engine/lanes/sampling.py": [
+        "tests/engine/test_logit_hash.py",
+        "tests/engine/test_sampling.py",
+    ],
     "engine/kv/plan.py": ["tests/engine/test_plan_stateful.py", "tests/engine/test_kv_plan.py"],
     "engine/kv/codec.py": ["tests/engine/test_kv_codec.py"],
     "engine/serve/openai.py": ["tests/engine/test_openai_request.py"],
