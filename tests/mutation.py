@@ -30,7 +30,7 @@ MODULES: dict[str, list[str]] = {
         "tests/engine/test_logit_hash.py",
         "tests/engine/test_sampling.py",
     ],
-    "engine/kv/plan.py": ["tests/engine/test_plan_stateful.py", "tests/engine/test_kv_plan.py"],
+    "engine/kv/plan.py": ["tests/engine/test_kv_codec.py", "tests/engine/test_kv_plan.py"],
     "engine/kv/codec.py": ["tests/engine/test_kv_codec.py"],
     "engine/serve/openai.py": ["tests/engine/test_openai_request.py"],
     "engine/config.py": ["tests/engine/test_config.py"],
