@@ -1,4 +1,4 @@
-"""nox sessions: lint, tests, gates, lean, bench, fixtures, reference, peers.
+"""nox sessions: lint, tests, gates, lean, mutation, bench, fixtures, reference, peers.
 
     nox -s gates -- --base main --head HEAD [--matrix matrices/quick.yaml]
     nox -s gates -- selftest [--power] | show | clean | lean --base main
@@ -49,6 +49,16 @@ def tests(session: nox.Session) -> None:
     session.log(f"test order: --randomly-seed={seed} (TESTS_SEED={seed} nox -s tests repeats it)")
     args = session.posargs or ["-n", "auto", "-q", "-p", "randomly", f"--randomly-seed={seed}"]
     session.run("pytest", *args)
+
+
+@nox.session
+def mutation(session: nox.Session) -> None:
+    """Mutation testing (mutmut) of the modules that decide things, each against its own
+    tests (tests/mutation.py, docs/testing.md). CPU-heavy: not part of .ci/run.
+
+    nox -s mutation [-- MODULE ... | --changed-since REF] [--jobs N]"""
+    session.install("-e", ".[dev,mutation]")
+    session.run("python", "-m", "tests.mutation", *session.posargs)
 
 
 @nox.session
