@@ -51,3 +51,38 @@ def test_margin_is_top1_minus_top2_and_zero_on_a_tie() -> None:
     assert margin(np.array([1.0, 4.0, 2.5], dtype=np.float32)) == 1.5
     assert margin(np.array([3.0, 1.0, 3.0], dtype=np.float32)) == 0.0
     assert margin(np.array([-2.0, -5.0], dtype=np.float32)) == 3.0
+
+
+M64 = (1 << 64) - 1
+GOLD = 0x9E3779B97F4A7C15
+
+
+def splitmix_finalizer(x: int) -> int:
+    """splitmix64's finalizer in Python integers (mod 2**64), from its published constants."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def reference_uniform(seed: int, position: int, token: int) -> float:
+    key = splitmix_finalizer(((seed & M64) * GOLD + position) & M64)
+    bits = splitmix_finalizer((key + token * GOLD) & M64)
+    return ((bits >> 11) + 0.5) / 2**53
+
+
+@pytest.mark.parametrize("seed,position", [(0, 0), (7, 3), (2**32 + 1, 99), (2**64 - 1, 4095)])
+def test_uniforms_are_the_documented_counter_hash(seed: int, position: int) -> None:
+    """The draws are part of the contract (a seed's tokens must not move between versions):
+    equal, bit for bit, to the hash the module docstring names, computed independently."""
+    got = uniforms(seed, position, 300)
+    want = np.array([reference_uniform(seed, position, t) for t in range(300)])
+    assert got.tobytes() == want.tobytes()
+
+
+def test_uint64_wrap_around_warns_nowhere() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        uniforms(2**64 - 1, 2**40, 64)
+        sample(np.zeros(64, dtype=np.float32), 1.0, 2**63 + 1, 7)
