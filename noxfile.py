@@ -1,4 +1,4 @@
-"""nox sessions: lint, tests, gates, lean, bench, fixtures, reference, peers.
+"""nox sessions: lint, tests, gates, lean, mutation, bench, fixtures, reference, peers.
 
     nox -s gates -- --base main --head HEAD [--matrix matrices/quick.yaml]
     nox -s gates -- selftest [--power] | show | clean | lean --base main
@@ -11,6 +11,8 @@ directly to see the gate runner's exit codes (1 gate failed, 2 bad input, 3 arm 
 
 from __future__ import annotations
 
+import os
+import random
 import sys
 
 import nox
@@ -36,12 +38,27 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Host tests, in parallel (pytest-xdist)."""
+    """Host tests, in parallel (pytest-xdist), in a shuffled order (pytest-randomly).
+
+    The order's seed is logged; `nox -s tests -- -n auto -q -p randomly --randomly-seed=N`
+    runs that order again, `-p no:randomly` the file order."""
     session.install("-e", ".[dev]")
     if sys.platform == "linux":  # MLX's CPU build, so the mlx backend's tests run in CI too
         session.install("mlx[cpu]>=0.20")
-    args = session.posargs or ["-n", "auto", "-q"]
+    seed = int(os.environ.get("TESTS_SEED") or random.SystemRandom().randrange(2**32))
+    session.log(f"test order: --randomly-seed={seed} (TESTS_SEED={seed} nox -s tests repeats it)")
+    args = session.posargs or ["-n", "auto", "-q", "-p", "randomly", f"--randomly-seed={seed}"]
     session.run("pytest", *args)
+
+
+@nox.session
+def mutation(session: nox.Session) -> None:
+    """Mutation testing (mutmut) of the modules that decide things, each against its own
+    tests (tests/mutation.py, docs/testing.md). CPU-heavy: not part of .ci/run.
+
+    nox -s mutation [-- MODULE ... | --changed-since REF] [--jobs N]"""
+    session.install("-e", ".[dev,mutation]")
+    session.run("python", "-m", "tests.mutation", *session.posargs)
 
 
 @nox.session

@@ -63,12 +63,10 @@ def choose(streams: list[StreamView], lanes: int, state: PolicyState) -> Action:
             return Action("long", min(longs, key=_rank).id)
         state.shorts_in_loop = 0
         return Action("short", min(shorts, key=_rank).id)
-    if longs and state.debt <= 0:
+    if longs and state.debt <= 0:  # with no decoder the debt is 0: a long never waits
         return Action("long", min(longs, key=_rank).id)
     if decoders:
         return Action("round")
-    if longs:
-        return Action("long", min(longs, key=_rank).id)
     return Action("idle")
 
 

@@ -1,6 +1,7 @@
 """The backend conformance suite: every exactness promise, on every backend present.
 
 A backend is present when its ops load here (cupy needs a working GPU); the others skip.
+numpy is always present: if it cannot load the tiny model, every test fails (not skips).
 Each test compares whole replies (ids, margins, logit hashes, finish reasons) bit for bit
 against the same backend's solo reference; nothing is compared across backends except
 the KV codec's bytes.
@@ -22,19 +23,23 @@ from engine.ops import BACKENDS
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "fixtures" / "models" / "tiny-qwen3"
 BLOCK = ROOT / "fixtures" / "models" / "tiny-qwen3-block"
+ALWAYS = ("numpy",)  # a backend every machine has: never skipped
 LENGTHS = [1, 15, 16, 17, 63, 64, 65, 130]
 
 _models: dict[str, Any] = {}
 
 
 def backend_model(name: str) -> Any:
-    """The bundled tiny model on backend `name`, loaded once; skips where it cannot run."""
+    """The bundled tiny model on backend `name`, loaded once; skips where it cannot run,
+    except numpy, which runs everywhere: its load error fails the test."""
     if name not in _models:
         try:
             _models[name] = load_model(TINY, name)
         except (InputError, EngineFailure, ImportError) as exc:
             _models[name] = exc
     got = _models[name]
+    if isinstance(got, Exception) and name in ALWAYS:
+        pytest.fail(f"backend {name} must load everywhere: {got!r}", pytrace=False)
     if isinstance(got, Exception):
         pytest.skip(f"backend {name}: {got}")
     return got

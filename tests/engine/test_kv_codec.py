@@ -36,6 +36,27 @@ def test_a_rows_bytes_depend_only_on_that_row(kind: str) -> None:
         assert exp2.tobytes() == exp[shuffled].tobytes()
 
 
+@pytest.mark.parametrize("kind", codec.KV_DTYPES)
+def test_codes_have_the_kinds_dtype_and_decode_to_float32(kind: str) -> None:
+    """The stored dtype is the one code_dtype names (a page store is laid out by it), and
+    every kind decodes to float32, never float64."""
+    codes, exp = codec.encode(kind, rows())
+    assert codes.dtype == codec.code_dtype(kind)
+    assert codec.code_dtype(kind).itemsize == {"f32": 4, "bf16": 2, "fp8": 1}[kind]
+    assert codec.decode(kind, codes, exp).dtype == np.float32
+    assert (exp is None) == (kind != "fp8")
+
+
+def test_fp8_saturates_an_infinite_value_instead_of_making_nan() -> None:
+    """e4m3fn has no infinity: +-inf is clipped to +-448 (times the row's scale)."""
+    x = np.ones((1, 1, 8), dtype=np.float32)
+    x[0, 0, 1], x[0, 0, 2] = np.inf, -np.inf
+    codes, exp = codec.encode("fp8", x)
+    back = codec.decode("fp8", codes, exp)[0, 0]
+    scale = 2.0 ** int(exp[0, 0])
+    assert back[1] == 448 * scale and back[2] == -448 * scale and np.isfinite(back).all()
+
+
 def test_f32_and_bf16_round_trips() -> None:
     x = rows()
     c, e = codec.encode("f32", x)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.errors import EngineFailure
 from engine.ops.numpy_ops import NumpyOps
 
 OPS = NumpyOps()
@@ -30,15 +31,27 @@ def test_linear_row_alone_equals_row_in_any_batch(k, n):
             assert np.array_equal(OPS.linear(x, w)[pos], alone), (m, pos)
 
 
-def test_probe_refuses_a_tile_that_is_not_position_invariant():
-    """Tiles of 32 rows are not position-invariant on OpenBLAS here: the probe must see it."""
-    ops = NumpyOps(row_tile=32)
-    try:
-        ops.prepare_linear(np.ones((128, 384), dtype=np.float32))
-    except Exception as exc:  # EngineFailure
-        assert "not row-invariant" in str(exc)
-    else:
-        pytest.skip("this BLAS happens to be position-invariant at 32 rows")
+class TileSkewedOps(NumpyOps):
+    """A matmul whose rows at in-tile position ``skew`` come out one ulp off: the way a BLAS
+    kernel that splits a tile into row blocks goes wrong (OpenBLAS does at 32 rows)."""
+
+    def __init__(self, skew: int) -> None:
+        super().__init__(row_tile=8)
+        self.skew = skew
+
+    def linear(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        out = super().linear(x, w)
+        off = np.arange(out.shape[0]) % self.row_tile == self.skew
+        out[off] = np.nextafter(out[off], np.inf)
+        return out
+
+
+@pytest.mark.parametrize("skew", range(1, 8))
+def test_probe_refuses_a_tile_that_is_not_position_invariant(skew):
+    """On every machine: an injected non-invariant matmul is refused at load, by name."""
+    with pytest.raises(EngineFailure, match=r"not row-invariant at tile 8 for shape \(384, 128\)"):
+        TileSkewedOps(skew).prepare_linear(np.ones((128, 384), dtype=np.float32))
+    NumpyOps(row_tile=8).prepare_linear(np.ones((128, 384), dtype=np.float32))  # the real one
 
 
 @pytest.mark.parametrize("width", [32, 64, 128, 1000])

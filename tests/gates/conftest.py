@@ -97,6 +97,14 @@ class StubRepo:
             assert n == 1, name
         path.write_text(text)
 
+    def hang_on(self, flag: Path) -> None:
+        """fp8 arms hang while `flag` exists (each marks FLAG.hanging.PID) and no timeout
+        ends them: a test waits for the marks (hangs), never for a clock."""
+        flag.write_text("")
+        small = self.root / "matrices" / "small.yaml"
+        small.write_text(small.read_text().replace("timeout: 20", "timeout: 3600"))
+        self.set_knobs(HANG_KV="fp8", HANG_FILE=str(flag))
+
     def commit(self, message: str, **knobs: object) -> str:
         if knobs:
             self.set_knobs(**knobs)
@@ -164,6 +172,22 @@ def run_gates(
         return code, {}, ""
     manifest = json.loads(found[0].read_text())
     return code, manifest, found[0].with_suffix(".md").read_text()
+
+
+def hangs(flag: Path) -> int:
+    """How many arms hang on `flag` now (StubRepo.hang_on)."""
+    return len(list(flag.parent.glob(f"{flag.name}.hanging.*")))
+
+
+def wait_until(done, proc: subprocess.Popen, what: str, limit: float = 600) -> None:
+    """Poll for an event while `proc` runs; the limit only ends a run that is already broken."""
+    import time
+
+    deadline = time.monotonic() + limit
+    while not done():
+        assert proc.poll() is None, f"the run ended (exit {proc.returncode}) before {what}"
+        assert time.monotonic() < deadline, f"no {what} in {limit:.0f} s"
+        time.sleep(0.05)
 
 
 def gate(manifest: dict, name: str) -> dict:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, run_gates
+from conftest import git, hangs, run_gates, wait_until
 from gates import refs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -137,8 +137,8 @@ def test_a_corrupt_cache_entry_is_a_miss_and_is_reported(stub_repo):
 
 def test_a_killed_run_leaves_nothing_that_breaks_the_next(stub_repo, tmp_path):
     flag = tmp_path / "hang"
-    flag.write_text("")
-    stub_repo.commit("hangs while the flag file exists", HANG_KV="fp8", HANG_FILE=str(flag))
+    stub_repo.hang_on(flag)
+    stub_repo.commit("hangs while the flag file exists")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
         gates_cmd(stub_repo.root, tmp_path / "killed"),
@@ -148,11 +148,8 @@ def test_a_killed_run_leaves_nothing_that_breaks_the_next(stub_repo, tmp_path):
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    runs = Path(os.environ["GATES_CACHE"]) / "runs"
-    deadline = time.monotonic() + 60
-    while not (runs.exists() and any(runs.iterdir())) and time.monotonic() < deadline:
-        time.sleep(0.05)  # arms are running: worktrees made, scratch folders in use
-    time.sleep(0.5)
+    # arms are running: worktrees made, scratch folders in use, two arms hanging
+    wait_until(lambda: hangs(flag) == 2, proc, "2 hangs")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     flag.unlink()
@@ -161,22 +158,13 @@ def test_a_killed_run_leaves_nothing_that_breaks_the_next(stub_repo, tmp_path):
     assert all(a["status"] == "ok" for a in man["arms"])
 
 
-def _wait_for_arms(proc: subprocess.Popen, timeout: float = 60) -> None:
-    runs = Path(os.environ["GATES_CACHE"]) / "runs"
-    deadline = time.monotonic() + timeout
-    while not (runs.exists() and any(runs.iterdir())):
-        assert proc.poll() is None and time.monotonic() < deadline, "no arm started"
-        time.sleep(0.05)
-    time.sleep(0.5)
-
-
 def test_worktrees_in_use_are_neither_pruned_nor_cleaned(stub_repo, tmp_path, monkeypatch):
     """While one run's arms run, another process prunes every worktree it may (keep 0) and
     runs `gates clean`: the running run's worktrees stay, clean exits 2 naming them, and
     the run ends with every arm ok; clean then removes everything."""
     flag = tmp_path / "hang"
-    flag.write_text("")
-    stub_repo.commit("hangs while the flag file exists", HANG_KV="fp8", HANG_FILE=str(flag))
+    stub_repo.hang_on(flag)
+    stub_repo.commit("hangs while the flag file exists")
     other = stub_repo.commit("a third commit, for a worktree of its own")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = tmp_path / "a"
@@ -187,7 +175,7 @@ def test_worktrees_in_use_are_neither_pruned_nor_cleaned(stub_repo, tmp_path, mo
         stderr=subprocess.PIPE,
     )
     try:
-        _wait_for_arms(proc)
+        wait_until(lambda: hangs(flag) == 2, proc, "2 hangs")
         repo = refs.open_repo(stub_repo.root)
         in_use = sorted(p for p in refs.worktrees_dir(repo).iterdir() if p.is_dir())
         assert len(in_use) == 2
@@ -235,8 +223,8 @@ def test_a_run_killed_while_another_waits_for_its_arms(stub_repo, tmp_path):
     """Run A is SIGKILLed while it holds the keys of hanging arms that run B waits for: the
     kernel drops A's locks, B runs those arms itself and ends all ok, and so does a third."""
     flag = tmp_path / "hang"
-    flag.write_text("")
-    stub_repo.commit("hangs while the flag file exists", HANG_KV="fp8", HANG_FILE=str(flag))
+    stub_repo.hang_on(flag)
+    stub_repo.commit("hangs while the flag file exists")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     a = subprocess.Popen(
@@ -246,13 +234,14 @@ def test_a_run_killed_while_another_waits_for_its_arms(stub_repo, tmp_path):
         start_new_session=True,
         **quiet,
     )
-    _wait_for_arms(a)
+    wait_until(lambda: hangs(flag) == 2, a, "A's 2 hangs")
     b = subprocess.Popen(gates_cmd(stub_repo.root, tmp_path / "b"), env=env, cwd=REPO, **quiet)
-    time.sleep(3)  # B has run what A does not hold and waits for the rest
+    time.sleep(3)  # B takes what A does not hold and waits for the rest (not a verdict: B
+    # cannot end while the flag is there, and runs the arms itself if it comes late)
     assert b.poll() is None
     os.killpg(a.pid, signal.SIGKILL)
-    a.wait(timeout=30)
-    time.sleep(1)
+    a.wait(timeout=120)
+    wait_until(lambda: hangs(flag) == 4, b, "B's 2 hangs")  # B runs A's arms itself
     flag.unlink()
     assert b.wait(timeout=120) == 0
     man = json.loads(next((tmp_path / "b").glob("*.json")).read_text())

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import gate, git, run_gates
+from conftest import gate, git, hangs, run_gates, wait_until
 from gates.__main__ import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,51 +63,48 @@ def test_second_run_runs_no_arm_and_no_cache_runs_all(stub_repo):
     assert man3["matrix"]["ran"] == man3["matrix"]["arms"]
 
 
+# `python -m gates` with Python's SIGINT handler: a process started from a background shell
+# inherits SIGINT ignored, and Python then leaves it ignored (the run would never end)
+WITH_SIGINT = (
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('gates', run_name='__main__', alter_sys=True)"
+)
+
+
 def test_interrupted_run_keeps_finished_arms(stub_repo, tmp_path):
+    """Head's two fp8 arms hang (no timeout reaches them) and take both workers: every
+    other arm has ended, and been stored, before the second starts to hang. SIGINT then
+    exits 130 with those results kept, and the next run takes them from the store."""
     flag = tmp_path / "hang"
-    flag.write_text("")
-    stub_repo.commit("hangs while the flag file exists", HANG_KV="fp8", HANG_FILE=str(flag))
+    stub_repo.hang_on(flag)
+    stub_repo.commit("hangs while the flag file exists")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [
-        sys.executable,
-        "-m",
-        "gates",
-        "run",
-        "--repo",
-        str(stub_repo.root),
-        "--base",
-        "main~1",
-        "--head",
-        "main",
-        "--matrix",
-        "matrices/small.yaml",
-        "--quiet",
-        "--jobs",
-        "2",
-    ]
+    cmd = [sys.executable, "-c", WITH_SIGINT, "run", "--repo", str(stub_repo.root)]
+    cmd += ["--base", "main~1", "--head", "main", "--matrix", "matrices/small.yaml"]
+    cmd += ["--quiet", "--jobs", "2"]
     proc = subprocess.Popen(
         cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
     results = Path(os.environ["GATES_CACHE"]) / "results"
-    deadline = time.monotonic() + 60
 
     def stored() -> int:
         return sum(1 for p in results.rglob("*.json")) if results.exists() else 0
 
-    # capabilities of base and head, the base arms and head's bf16 arms (plain, serial)
-    # finish; head's fp8 arms hang (their timeout is 20 s)
-    while stored() < 6 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.3)
-    os.killpg(proc.pid, signal.SIGINT)
-    assert proc.wait(timeout=30) == 130
-    kept = stored()
-    assert kept == 6, kept
+    try:
+        wait_until(lambda: hangs(flag) == 2, proc, "2 hangs")
+        # capabilities of base and head, base's 2 arms, head's 2 bf16 arms (plain, serial)
+        assert stored() == 6
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=120) == 130
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert stored() == 6
     flag.unlink()
     code, man, _ = run_gates(stub_repo)
     assert code == 0
     assert man["matrix"]["cached"] == 4
-    assert man["matrix"]["ran"] == man["matrix"]["arms"] - man["matrix"]["cached"]
+    assert man["matrix"]["ran"] == man["matrix"]["arms"] - man["matrix"]["cached"] == 2
 
 
 def test_crashed_arm_is_could_not_run_and_keeps_other_results(stub_repo):

@@ -101,6 +101,8 @@ def run(a: argparse.Namespace) -> int:
     if knobs.RAISE_KV and a.kv == knobs.RAISE_KV:
         raise RuntimeError(f"stub raise on kv {a.kv}; a fence in the message:\n```\nstill stderr")
     if knobs.HANG_KV and a.kv == knobs.HANG_KV:
+        if knobs.HANG_FILE:  # a mark beside the flag: a test waits for it, not for a clock
+            Path(f"{knobs.HANG_FILE}.hanging.{os.getpid()}").write_text("")
         while not knobs.HANG_FILE or Path(knobs.HANG_FILE).exists():
             time.sleep(0.05)
     reqs = []
