@@ -1,4 +1,4 @@
-"""nox sessions: lint, tests, gates, lean, bench, fixtures, reference, peers.
+"""nox sessions: lint, tests, gates, lean, ray, bench, fixtures, reference, peers.
 
     nox -s gates -- --base main --head HEAD [--matrix matrices/quick.yaml]
     nox -s gates -- selftest [--power] | show | clean | lean --base main
@@ -42,6 +42,16 @@ def tests(session: nox.Session) -> None:
         session.install("mlx[cpu]>=0.20")
     args = session.posargs or ["-n", "auto", "-q"]
     session.run("pytest", *args)
+
+
+@nox.session
+def ray(session: nox.Session) -> None:
+    """`gates run --executor ray` on a 2-CPU local Ray cluster (docs/ray.md): minutes, so not
+    part of `tests`, whose environment has no Ray (those tests skip there)."""
+    session.install("-e", ".[dev,ray]")
+    args = session.posargs or ["-q", "-n", "0", "-p", "no:randomly"]
+    files = ["tests/gates/test_gates_ray.py", "tests/gates/test_gates_executor.py"]
+    session.run("pytest", *files, *args, env={"GATES_RAY_TESTS": "1"})
 
 
 @nox.session
