@@ -43,7 +43,7 @@ from gates import BadInput, envs, refs
 from gates.arms import truth_of
 from gates.execute import GPU_BACKENDS, ArmJob, Progress, stored_run
 from gates.executors import ship, worker
-from gates.plan import Arm
+from gates.plan import Arm, canonical
 from gates.results import ArmRun, Status
 from gates.speed.results import SpeedRun
 from gates.store import Store
@@ -203,7 +203,7 @@ class RayExecutor:
         ks = self.kinds[gpu]
         if len(ks) == 1:
             return gpu, ks[0]
-        arm = Arm("head", config)
+        arm = Arm("head", canonical(config))
         group = (truth_of(arm) or arm).config_json
         slots = [k for k in ks for _ in range(k.capacity)]
         return gpu, slots[int(hashlib.sha256(group.encode()).hexdigest()[:12], 16) % len(slots)]
@@ -309,25 +309,23 @@ class RayExecutor:
             return SpeedRun(Status.COULD_NOT_RUN, f"on Ray: {_why(e)}", spec=dict(spec))
 
     def run_info(self) -> dict[str, Any]:
-        """The receipt's machine: the kind the arms ran on; a note naming the cluster."""
+        """The receipt's machine: the kind the arms ran on, and where that is."""
         ks = self.kinds[self.gpu]
         hosts = sorted({h for k in ks for h in k.hosts})
-        where = self.address or "a local Ray instance"
-        note = (
-            f"arms ran as Ray tasks on {where}: {len(hosts)} node(s) ({', '.join(hosts[:8])}"
-            f"{', …' if len(hosts) > 8 else ''}), {len(ks)} kind(s) of machine; base and head "
-            "of one configuration on one kind; each arm's node and device under *ran on*"
-        )
-        notes = [note]
+        shown = ", ".join(hosts[:8]) + (", …" if len(hosts) > 8 else "")
+        where = f"arms as Ray tasks on {self.address or 'a local Ray instance'}: "
+        where += f"{len(hosts)} node(s) ({shown}), {len(ks)} kind(s) of machine"
+        if len(ks) > 1:
+            where += " (base and head of one configuration on one kind; the machine above is "
+            where += "the largest kind)"
         if self.lost:
-            notes.append(
-                f"{len(self.lost)} arm(s) retried after a lost Ray worker: "
-                + ", ".join(self.lost[:12])
-            )
+            where += f"; {len(self.lost)} arm(s) retried after a lost worker"
         info = {
             "kind": "ray",
             "address": self.address,
             "hosts": hosts,
             "kinds": [{"fingerprint": k.fp, "hosts": k.hosts, "capacity": k.capacity} for k in ks],
+            "retried": list(self.lost),
         }
-        return {"machine": ks[0].machine, "fingerprint": ks[0].fp, "notes": notes, "executor": info}
+        machine = {**ks[0].machine, "executor": where}
+        return {"machine": machine, "fingerprint": ks[0].fp, "executor": info}

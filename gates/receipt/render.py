@@ -239,6 +239,8 @@ def machine_line(man: dict[str, Any]) -> str:
         f"{k} {v}" for k, v in pk.items() if k in ("numpy", "mlx", "cupy-cuda12x", "cupy-cuda13x")
     ]
     parts += [backend_facts_text(name, facts) for name, facts in mc.get("backends", {}).items()]
+    if mc.get("executor"):  # where the arms ran, when not on this machine (gates/executors)
+        parts.append(mc["executor"])
     return " · ".join(parts)
 
 

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import run_gates
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,3 +36,39 @@ def test_gates_imports_without_ray():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_one_fingerprint_is_one_kind_and_a_configuration_keeps_to_one_kind():
+    rx = pytest.importorskip("gates.executors.ray")  # needs Ray importable, not a cluster
+    from gates.plan import Arm, canonical
+
+    nodes = [
+        {"NodeID": "a", "Resources": {"CPU": 16, "GPU": 8}},
+        {"NodeID": "b", "Resources": {"CPU": 16, "GPU": 8}},
+        {"NodeID": "c", "Resources": {"CPU": 8, "GPU": 4}},
+        {"NodeID": "d", "Resources": {"CPU": 2}},
+    ]
+    fps = {"a": "h200", "b": "h200", "c": "a100", "d": "cpu"}
+    facts = {n: {"fp": fp, "machine": {"fp": fp}, "host": n} for n, fp in fps.items()}
+    gpu = rx.kinds_of(nodes, facts, True)
+    assert [(k.fp, k.nodes, k.capacity) for k in gpu] == [
+        ("h200", ["a", "b"], 16),
+        ("a100", ["c"], 4),
+    ]
+    assert [k.fp for k in rx.kinds_of(nodes, facts, False)] == ["h200", "a100", "cpu"]
+    ex = object.__new__(rx.RayExecutor)
+    ex.kinds = {True: gpu, False: []}
+    seen = set()
+    for p, kv, paging in [
+        (p, kv, g) for p in (1, 2, 4, 8) for kv in ("bf16", "fp8") for g in ("off", "on", 24)
+    ]:
+        cfg = {"backend": "cupy", "kv": kv, "parallel": p, "drafter": "none", "paging": paging}
+        arms = [
+            Arm(s, canonical({**cfg, "drafter": d}))
+            for s in ("base", "head")
+            for d in ("none", "noisy")
+        ]
+        kinds = {ex.fingerprint(a) for a in arms}  # both sides and the noisy twin
+        assert len(kinds) == 1, cfg
+        seen |= kinds
+    assert seen == {"h200", "a100"}  # the groups spread over both kinds
