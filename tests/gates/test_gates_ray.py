@@ -81,7 +81,8 @@ def test_a_matrix_through_ray_equals_the_local_run(stub_repo, cluster, tmp_path,
 
 
 def engines(sha: str, kv: str = "fp8") -> list[tuple[int, int]]:
-    """(pid, parent pid) of each live `engine run --kv KV` of commit SHA a Ray worker started."""
+    """(pid, Ray worker pid) of each live `engine run --kv KV` of commit SHA that a live Ray
+    worker started."""
     out = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -94,9 +95,17 @@ def engines(sha: str, kv: str = "fp8") -> list[tuple[int, int]]:
             continue
         if state == "Z" or "--kv" not in args or args[args.index("--kv") + 1] != kv:
             continue
-        if "run" in args and cwd.endswith(f"/ray/checkouts/{sha}"):
+        if "run" in args and cwd.endswith(f"/ray/checkouts/{sha}") and ray_worker(int(ppid)):
             out.append((int(d.name), int(ppid)))
     return out
+
+
+def ray_worker(pid: int) -> bool:
+    """A Ray worker process (its title is ``ray::…``), not an orphan's new parent (init)."""
+    try:
+        return pid > 1 and Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::")
+    except OSError:
+        return False
 
 
 def alive(pid: int) -> bool:
