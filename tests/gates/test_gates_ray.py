@@ -196,3 +196,17 @@ def test_a_killed_runner_leaves_no_engine_running(stub_repo, cluster, tmp_path, 
     finally:
         runner.kill()
         hang.unlink()
+
+
+def test_speed_blocks_run_on_one_worker(stub_repo, cluster):
+    small = (stub_repo.root / "matrices" / "small.yaml").read_text()
+    speed = "speed: {blocks: 3, max_blocks: 4, add_blocks: 1, parallel: [1, 2]}\n"
+    (stub_repo.root / "matrices" / "speed.yaml").write_text(small + speed)
+    stub_repo.commit("speed matrix")
+    main_py = stub_repo.root / "engine" / "__main__.py"
+    main_py.write_text(main_py.read_text() + "# a change of the engine tree\n")
+    stub_repo.commit("touch the engine")
+    code, man, _ = run_gates(stub_repo, "--executor", "ray", matrix="matrices/speed.yaml")
+    assert code == 0, man.get("speed")
+    assert man["speed"]["status"] == "pass"
+    assert {c["verdict"] for c in man["speed"]["cells"]} == {"equivalent"}
