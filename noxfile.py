@@ -46,8 +46,9 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def ray(session: nox.Session) -> None:
-    """`gates run --executor ray` on a 2-CPU local Ray cluster (docs/ray.md): minutes, so not
-    part of `tests`, whose environment has no Ray (those tests skip there)."""
+    """The Ray executor's tests on a 2-CPU local Ray cluster (docs/ray.md; minutes).
+
+    Not in `tests`: its environment has no Ray, so they skip there."""
     session.install("-e", ".[dev,ray]")
     args = session.posargs or ["-q", "-n", "0", "-p", "no:randomly"]
     files = ["tests/gates/test_gates_ray.py", "tests/gates/test_gates_executor.py"]
