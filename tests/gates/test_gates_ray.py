@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_gates
+from gates.receipt import schema
 
 ray = pytest.importorskip("ray")
 
@@ -78,6 +79,7 @@ def test_a_matrix_through_ray_equals_the_local_run(stub_repo, cluster, tmp_path,
     assert ran and all(a["device"].endswith("· CPU") for a in ran)  # the node, in the receipt
     assert "| ran on |" in md
     assert "arms as Ray tasks on" in through_ray["machine"]["executor"]
+    assert schema.problems(through_ray) == []
 
 
 def engines(sha: str, kv: str = "fp8") -> list[tuple[int, int]]:
@@ -210,3 +212,4 @@ def test_speed_blocks_run_on_one_worker(stub_repo, cluster):
     assert code == 0, man.get("speed")
     assert man["speed"]["status"] == "pass"
     assert {c["verdict"] for c in man["speed"]["cells"]} == {"equivalent"}
+    assert schema.problems(man) == []
