@@ -1,4 +1,4 @@
-"""nox sessions: lint, tests, gates, lean, mutation, bench, fixtures, reference, peers.
+"""nox sessions: lint, tests, gates, lean, mutation, ray, bench, fixtures, reference, peers.
 
     nox -s gates -- --base main --head HEAD [--matrix matrices/quick.yaml]
     nox -s gates -- selftest [--power] | show | clean | lean --base main
@@ -59,6 +59,17 @@ def mutation(session: nox.Session) -> None:
     nox -s mutation [-- MODULE ... | --changed-since REF] [--jobs N]"""
     session.install("-e", ".[dev,mutation]")
     session.run("python", "-m", "tests.mutation", *session.posargs)
+
+
+@nox.session
+def ray(session: nox.Session) -> None:
+    """The Ray executor's tests on a 2-CPU local Ray cluster (docs/ray.md; minutes).
+
+    Not in `tests`: its environment has no Ray, so they skip there."""
+    session.install("-e", ".[dev,ray]")
+    args = session.posargs or ["-q", "-n", "0", "-p", "no:randomly"]
+    files = ["tests/gates/test_gates_ray.py", "tests/gates/test_gates_executor.py"]
+    session.run("pytest", *files, *args, env={"GATES_RAY_TESTS": "1"})
 
 
 @nox.session

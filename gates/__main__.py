@@ -27,6 +27,8 @@ def _run(a: argparse.Namespace) -> int:
             shard=a.shard,
             lean=not a.no_lean,
             accept=a.accept,
+            executor=a.executor,
+            address=a.address,
         )
     )
 
@@ -174,6 +176,17 @@ def _run_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         default=None,
         metavar="I/N",
         help="run only shard I of N of the arms and write a shard manifest (join with merge)",
+    )
+    r.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="where arms run: this machine (default) or Ray tasks (docs/ray.md; extra [ray])",
+    )
+    r.add_argument(
+        "--address",
+        default=None,
+        help="--executor ray: the cluster (auto, ray://HOST:10001; default: a local Ray)",
     )
     r.set_defaults(fn=_run)
 

@@ -63,6 +63,7 @@ def finished(row: ArmResult, run: ArmRun) -> ArmResult:
         argv=run.argv,
         stderr_tail="" if run.ok else run.stderr_tail,
         replies=replies,
+        device=run.device,
     )
 
 
@@ -80,6 +81,7 @@ class ArmRunner:
     devices: list[str] | None
     quiet: bool = False
     envs: dict[str, envs_mod.Env] = field(default_factory=dict)  # per side (gates/envs.py)
+    executor: Any = None  # where arms run (gates/executors); None: here (execute.run_all)
     results: dict[Arm, ArmRun] = field(default_factory=dict)
     rows: dict[Arm, ArmResult] = field(default_factory=dict)
     ran: int = 0
@@ -233,7 +235,8 @@ class ArmRunner:
         used += (f"model:{cfg.get('drafter_model')}",)
         fx = {k: v for k, v in self.fixtures.items() if k in used}
         tree = self.sides[arm.side].engine_tree or ""
-        return store.arm_key(tree, key_cfg, prompts.digest(data), fx, store.fingerprint(), key_env)
+        fp = self.executor.fingerprint(arm) if self.executor else store.fingerprint()
+        return store.arm_key(tree, key_cfg, prompts.digest(data), fx, fp, key_env)
 
     def _phase(self, arms: list[Arm], what: str) -> None:
         pending: dict[str, list[Arm]] = {}
@@ -265,4 +268,5 @@ class ArmRunner:
             for a in pending[job.key]:
                 self.results[a] = run
 
-        run_all(jobs, self.workers, done, progress, self.devices, self.st)
+        run_jobs = self.executor.run_all if self.executor else run_all
+        run_jobs(jobs, self.workers, done, progress, self.devices, self.st)

@@ -190,6 +190,7 @@ class ArmResult:
     argv: str | None = None
     stderr_tail: str = ""
     replies: list[dict[str, Any]] = field(default_factory=list)
+    device: str | None = None  # where it ran, when not simply here (a GPU, a Ray node)
 
     @property
     def not_comparable(self) -> bool:
@@ -214,6 +215,8 @@ class ArmResult:
             out["status"], out["reason"] = str(self.status), self.reason
         if self.ran:
             out.update({k: getattr(self, k) for k in RUN_FIELDS})
+            if self.device is not None:
+                out["device"] = self.device
         return out
 
     @classmethod

@@ -21,6 +21,7 @@ from gates import (
     accept,
     contract,
     envs,
+    executors,
     matrix,
     plan,
     refs,
@@ -52,6 +53,8 @@ class Options:
     shard: tuple[int, int] | None = None  # (i, n): run only shard i of n
     lean: bool = True  # new ruff problems against the merge base, as a receipt section
     accept: str | None = None  # a file of accepted slower speed cells (gates/accept.py)
+    executor: str = "local"  # where arms run: local, or ray (gates/executors)
+    address: str | None = None  # --executor ray: the cluster (None: a local Ray instance)
 
 
 def log(msg: str) -> None:
@@ -95,13 +98,18 @@ def receipts_writable(out_dir: Path) -> None:
 
 
 def resolve_sides(
-    repo: git.Repo, opts: Options, st: store.Store, cache: Path, backends: list[str]
+    repo: git.Repo,
+    opts: Options,
+    st: store.Store,
+    cache: Path,
+    backends: list[str],
+    executor: Any = None,
 ) -> tuple[dict[str, refs.Side], dict[str, tuple[dict | None, str]], dict[str, envs.Env]]:
     """The resolve phase: refs -> sides with worktrees, each side's environment (gates/envs.py)
     and its engine's capabilities."""
     sides = {"base": refs.side(repo, "base", opts.base), "head": refs.side(repo, "head", opts.head)}
     side_envs = envs.resolve(repo, sides, backends)
-    fp = store.fingerprint()
+    fp = executor.run_info()["fingerprint"] if executor else store.fingerprint()
     caps: dict[str, tuple[dict | None, str]] = {}
     for s in sides.values():
         env = side_envs[s.name]
@@ -118,10 +126,15 @@ def resolve_sides(
         if cached is not None:
             caps[s.name] = (cached["caps"], "")
             continue
-        got, why = capabilities(s.worktree, cache, python=env.python)
+        if executor:
+            got, why = executor.capabilities(s, env)
+        else:
+            got, why = capabilities(s.worktree, cache, python=env.python)
         caps[s.name] = (got, why)
         if got is not None:
             st.put(ckey, {"caps": got})
+    if executor:
+        executor.bind(sides, side_envs)
     return sides, caps, side_envs
 
 
@@ -135,7 +148,9 @@ def run(opts: Options) -> int:
     receipts_writable(out_dir)
     cache = refs.cache_root()
     st = store.Store(cache / "results", enabled=not opts.no_cache)
-    sides, caps, side_envs = resolve_sides(repo, opts, st, cache, m.axes["backend"])
+    arms = the_plan.arms if opts.shard is None else shard.select(the_plan.arms, *opts.shard)
+    executor = executors.make(opts.executor, opts.address, repo, m.axes["backend"])
+    sides, caps, side_envs = resolve_sides(repo, opts, st, cache, m.axes["backend"], executor)
     validate.against_capabilities(m, [c for c, _ in caps.values() if c is not None])
     n_workers, devices = workers(set(m.axes["backend"]), opts.jobs)
     runner = ArmRunner(
@@ -151,8 +166,8 @@ def run(opts: Options) -> int:
         devices=devices,
         quiet=opts.quiet,
         envs=side_envs,
+        executor=executor,
     )
-    arms = the_plan.arms if opts.shard is None else shard.select(the_plan.arms, *opts.shard)
     if not opts.quiet:
         part = "" if opts.shard is None else f" · shard {opts.shard[0]}/{opts.shard[1]}"
         log(f"[gates] {sides['base'].sha[:10]}..{sides['head'].sha[:10]} · matrix {m.name}{part}")
@@ -162,7 +177,7 @@ def run(opts: Options) -> int:
             f"the result store had {len(st.corrupt)} unreadable entr"
             f"{'y' if len(st.corrupt) == 1 else 'ies'}: removed, and the arms run again"
         )
-    run_info = extras(opts, repo, inp, sides, side_envs, cache)
+    run_info = extras(opts, repo, inp, sides, side_envs, cache, executor)
     facts = contract.backend_facts([c for c, _ in caps.values()], m.axes["backend"])
     run_info["machine"] = {**run_info["machine"], "backends": facts}
     run_info.update(workers=n_workers, devices=devices)
@@ -181,16 +196,17 @@ def extras(
     sides: dict[str, refs.Side],
     side_envs: dict[str, envs.Env],
     cache: Path,
+    executor: Any = None,
 ) -> dict[str, Any]:
     """What a run records beside its arms: sides, machine, environments, and the speed and
     lean sections (run once per run: by shard 1 of a sharded one)."""
     first = opts.shard is None or opts.shard[0] == 1
     speed = None
     if inp.m.speed is not None and opts.speed and first:
-        speed = _speed(inp.m, sides, inp.models, cache, opts.quiet, side_envs).to_json()
+        speed = _speed(inp.m, sides, inp.models, cache, opts.quiet, side_envs, executor).to_json()
     mb = refs.merge_base(repo, sides["base"].sha, sides["head"].sha)
     lean_result = lean.check(repo, mb, sides["head"]) if opts.lean and first else None
-    return {
+    info = {
         "base": _side_json(sides["base"]),
         "head": _side_json(sides["head"]),
         "merge_base": mb,
@@ -202,6 +218,7 @@ def extras(
         "command": command_line(opts, inp.root, inp.mpath, sides["base"], sides["head"]),
         "accepted": accept.from_trailers(repo, mb, sides["head"].sha) + accept.load(opts.accept),
     }
+    return {**info, **executor.run_info()} if executor else info
 
 
 def report(
@@ -283,6 +300,7 @@ def _speed(
     cache: Path,
     quiet: bool,
     side_envs: dict[str, envs.Env],
+    executor: Any = None,
 ) -> SpeedRun:
     """The speed part of the run."""
     spec = m.speed
@@ -297,6 +315,8 @@ def _speed(
         return SpeedRun(Status.NOT_RUN, why, spec=dict(spec))
     model = models[m.axes["model"][0]]
     backend = m.axes["backend"][0]
+    if executor:
+        return executor.speed(sides, model, backend, spec=spec)
     try:
         got = perf.run_speed(
             {k: s.worktree for k, s in sides.items() if s.worktree},

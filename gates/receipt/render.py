@@ -194,7 +194,9 @@ def entries_table(man: dict[str, Any]) -> str:
 
 def arms_table(man: dict[str, Any]) -> str:
     rows = []
-    for a in arms_of(man):
+    arms = arms_of(man)
+    placed = any(a.device for a in arms)  # a GPU or a Ray node: a column naming it
+    for a in arms:
         met = a.metrics or {}
         toks = sum(r.get("n", 0) for r in a.replies)
         rows.append(
@@ -207,6 +209,7 @@ def arms_table(man: dict[str, Any]) -> str:
                 met.get("pages_in_use", ""),
                 met.get("unplanned_allocations", ""),
                 met.get("cached_pages", ""),
+                *([a.device or ""] if placed else []),
             ]
         )
     return md_table(
@@ -220,6 +223,7 @@ def arms_table(man: dict[str, Any]) -> str:
             "pages in use",
             "unplanned",
             "cached pages",
+            *(["ran on"] if placed else []),
         ],
     )
 
@@ -235,6 +239,8 @@ def machine_line(man: dict[str, Any]) -> str:
         f"{k} {v}" for k, v in pk.items() if k in ("numpy", "mlx", "cupy-cuda12x", "cupy-cuda13x")
     ]
     parts += [backend_facts_text(name, facts) for name, facts in mc.get("backends", {}).items()]
+    if mc.get("executor"):  # where the arms ran, when not on this machine (gates/executors)
+        parts.append(mc["executor"])
     return " · ".join(parts)
 
 
