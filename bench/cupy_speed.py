@@ -31,7 +31,11 @@ HBM_BYTES_S = 4.8e12
 def floor_ms(cfg: Any, streams: int, context: int, code_bytes: int = 2) -> float:
     h, inter, d = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
     per_layer = h * (cfg.num_heads + 2 * cfg.num_kv_heads) * d + cfg.num_heads * d * h
-    per_layer += 3 * h * inter
+    if cfg.num_experts:  # every layer sparse (synthetic A3B): the router and the experts hit
+        hit = min(cfg.num_experts, streams * cfg.num_experts_per_tok)
+        per_layer += cfg.num_experts * h + hit * 3 * h * cfg.moe_intermediate_size
+    else:
+        per_layer += 3 * h * inter
     weights = 2 * (cfg.num_layers * per_layer + cfg.vocab_size * h)
     kv = streams * context * cfg.num_layers * 2 * cfg.num_kv_heads * d * code_bytes
     return (weights + kv) / HBM_BYTES_S * 1e3
@@ -75,7 +79,8 @@ def ours(
         step_fn(model, segs, kv)  # logits come back to the host: synchronous
         times.append(time.perf_counter() - t)
     step = float(np.median(times[2:])) * 1e3
-    extra = {} if graph else breakdown(model, kv, lanes, context, streams)
+    dense = model.layers[0].moe is None
+    extra = {} if graph or not dense else breakdown(model, kv, lanes, context, streams)
     if graph:
         g = kv.__dict__["_decode_graphs"][id(model), model.ops.row_tile]
         extra["replay_ms"] = g.replay_ms()
@@ -253,6 +258,7 @@ def main() -> None:
     p.add_argument("--kv", default="bf16")
     p.add_argument("--transformers", nargs="*", default=[], choices=["eager", "static"])
     p.add_argument("--json", default=None)
+    p.add_argument("--skip-ours", action="store_true", help="transformers' arms only")
     args = p.parse_args()
     from engine.model import synthetic
     from engine.model.config import ModelConfig
@@ -268,6 +274,7 @@ def main() -> None:
                 lambda s=streams, g=g: ours(args.model, s, args.context, args.steps, args.kv, g),
             )
             for g in (False, True)
+            if not args.skip_ours
         ]
         for mode in args.transformers:
             arms.append(

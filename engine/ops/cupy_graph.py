@@ -23,6 +23,7 @@ import cupyx
 import numpy as np
 
 from engine.model.qwen3 import SegmentOut, decoder_block, next_norm
+from engine.ops import cupy_moe
 
 MAX_ROWS = 64  # the engine's default prompt step; steps of more rows run eagerly
 
@@ -35,8 +36,8 @@ def decode_step(model: Any, segments: list[Any], kv: Any, taps: tuple[int, ...] 
     rows = max(1, -(-total // tile)) * tile
     if taps or not segments or rows > max(tile, MAX_ROWS):
         return None
-    if any(layer.moe is not None for layer in model.layers):
-        return None  # routing reads the host: MoE steps run eagerly
+    if any(layer.moe is not None and not cupy_moe.usable(layer.moe) for layer in model.layers):
+        return None  # this MoE routes on the host (shapes the kernels do not take): eager
     for s in segments:
         n, used = len(s.tokens), -(-(s.start + len(s.tokens)) // kv.page_rows)
         if not n or used > kv.lane_pages or used > len(s.pages):

@@ -30,7 +30,7 @@ from engine.errors import EngineFailure
 
 F32 = cp.float32
 KINDS = {"f32": 0, "bf16": 1, "fp8": 2}
-_SOURCES = ("cupy_kernels.cu", "cupy_attend.cu")  # one module, in this order
+_SOURCES = ("cupy_kernels.cu", "cupy_attend.cu", "cupy_moe.cu")  # one module, in this order
 ATTEND_HEAD_DIMS = (32, 64, 128, 256)  # attend_<kind>_<D> in cupy_kernels.cu
 
 
@@ -89,7 +89,8 @@ class CupyOps:
             n: self.module.get_function(n)
             for n in (
                 "to_bf16", "rms_norm", "add_rms_norm", "rope", "silu_mul", "kv_store",
-                "kv_store2", "qk_norm_rope",
+                "kv_store2", "qk_norm_rope", "expert_gemv", "moe_route", "moe_gate_up",
+                "moe_down",
             )
         }  # fmt: skip
         self.attend_k = {
@@ -266,18 +267,35 @@ class CupyOps:
     def add(self, a: Any, b: Any) -> Any:
         return a + b
 
-    def expert_linear(self, x: object, w: object) -> object:
-        return self.linear(x, w)  # already row-invariant at any row count
+    def expert_linear(self, x: Any, w: CupyWeight) -> Any:
+        """A warp per output and row (cupy_moe.py), the dot product the fused MoE kernels
+        use; the fixed-tile linear where the reduction does not fit that kernel."""
+        from engine.ops import cupy_moe
+
+        if not cupy_moe.fits(w.k, w.n):
+            return self.linear(x, w)
+        return cupy_moe.gemv(self, x, w)
 
     def scale_rows(self, x: Any, w: np.ndarray) -> Any:
         return x * cp.asarray(np.asarray(w, dtype=np.float32))[:, None]
 
     def moe_ffn(self, x: Any, moe: Any) -> Any:
-        """Eager, from the backend's own fixed-tile linear (engine/ops/moe.py); the decode
-        graph declines MoE models, so this is the one path on cupy."""
+        """All on the device (cupy_moe.py: routing, then the experts at a fixed shape per
+        (row, rank)), so decode graphs capture it; the host-routed engine/ops/moe.py path
+        over expert_linear where the shapes do not suit the kernels."""
+        from engine.ops import cupy_moe
+
+        if cupy_moe.usable(moe):
+            return cupy_moe.moe_ffn(self, x, moe)
         from engine.ops.moe import moe_ffn
 
         return moe_ffn(self, x, moe)
+
+    def moe_route(self, logits: Any, k: int, norm: bool) -> tuple[Any, Any]:
+        """Routing on the device (ids int32, weights float32), as moe_ffn routes."""
+        from engine.ops import cupy_moe
+
+        return cupy_moe.route(self, logits, k, norm)
 
     def concat_rows(self, parts: list[Any]) -> Any:
         return parts[0] if len(parts) == 1 else cp.concatenate(parts, axis=0)

@@ -179,16 +179,17 @@ def test_attention_head_dims_match_numpy(ops) -> None:  # type: ignore[no-untype
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
 
 
-def test_graph_decode_equals_eager(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("spec", ["synthetic:tiny@5", "synthetic:tiny-moe@5"])
+def test_graph_decode_equals_eager(tmp_path, monkeypatch, spec) -> None:  # type: ignore[no-untyped-def]
     """Prompt steps and decode steps replayed from CUDA graphs give the eager forward's
     logits, hidden rows and KV bytes, for 1 and 3 streams, with the padded rows kept out of
-    the streams' pages."""
+    the streams' pages; the MoE model's steps go through graphs too (routing on the device)."""
     from engine.model.loader import load_model
     from engine.model.qwen3 import Segment
     from engine.ops.cupy_graph import decode_step
 
     monkeypatch.setenv("ENGINE_SYNTHETIC_DIR", str(tmp_path))
-    model = load_model("synthetic:tiny@5", "cupy")
+    model = load_model(spec, "cupy")
     model.ops.graphs = False  # model.forward eager; the graph only through decode_step below
     rng = np.random.default_rng(3)
     for kind in ("bf16", "fp8"):

@@ -1,4 +1,5 @@
-"""The sparse MLP (engine/ops/moe.py), bit for bit on numpy and mlx: a row's output alone
+"""The sparse MLP (engine/ops/moe.py; on cupy engine/ops/cupy_moe.py), bit for bit on
+numpy, mlx and cupy: a row's output alone
 equals its output in any batch (row counts 1..40, around the row tile), under any expert
 load (all rows on one expert, spread, most experts empty) and beside any neighbours; it
 equals a per-row reference that sums the k expert outputs by rank; routing ties go to the
@@ -12,11 +13,11 @@ import numpy as np
 import pytest
 
 from engine.model.moe import build_moe
-from engine.ops import get_ops
+from engine.ops import cupy_problem, get_ops
 from engine.ops.moe import MoeWeights, route
 from tests.engine.randmodel import random_config, random_tensors
 
-BACKENDS = ["numpy", "mlx"]
+BACKENDS = ["numpy", "mlx", pytest.param("cupy", marks=pytest.mark.gpu)]
 SIZES = list(range(1, 41))
 CFG = random_config(hidden=64, layers=1, experts=8, top_k=2, moe_inter=32)
 P = "model.layers.0."
@@ -25,7 +26,24 @@ P = "model.layers.0."
 def ops_for(name: str) -> Any:
     if name == "mlx":
         pytest.importorskip("mlx.core")
-    return get_ops(name)
+    if name == "cupy" and cupy_problem() is not None:
+        pytest.skip(f"cupy backend: {cupy_problem()}")
+    if name not in _ops:
+        _ops[name] = get_ops(name)
+    return _ops[name]
+
+
+_ops: dict[str, Any] = {}
+
+
+def routed(ops: Any, xr: Any, moe: MoeWeights) -> tuple[np.ndarray, np.ndarray]:
+    """A row's (ids, weights) as the backend's moe_ffn routes it: on the device for cupy
+    (its own float32 exp), on the host elsewhere."""
+    logits = ops.linear(xr, moe.router)
+    if hasattr(ops, "moe_route"):
+        ids, w = ops.moe_route(logits, moe.top_k, moe.norm_topk_prob)
+        return np.asarray(ops.to_numpy(ids)), np.asarray(ops.to_numpy(w))
+    return route(np.asarray(ops.to_numpy(logits)), moe.top_k, moe.norm_topk_prob)
 
 
 def block(ops: Any, cfg: Any = CFG, steer: bool = False, seed: int = 0) -> MoeWeights:
@@ -117,7 +135,7 @@ def reference(ops: Any, moe: MoeWeights, x: np.ndarray) -> np.ndarray:
     out = []
     for row in x:
         xr = ops.asarray(row[None])
-        ids, w = route(np.asarray(ops.to_numpy(ops.linear(xr, moe.router))), moe.top_k, True)
+        ids, w = routed(ops, xr, moe)
         acc = None
         for r in range(moe.top_k):
             gu = ops.expert_linear(xr, moe.gate_up[int(ids[0, r])])
@@ -179,3 +197,22 @@ def test_route_is_row_local():
 def test_no_rows_gives_no_rows(backend):
     ops = ops_for(backend)
     assert run(ops, block(ops), np.zeros((0, 64), dtype=np.float32)).shape == (0, 64)
+
+
+@pytest.mark.gpu
+def test_cupy_routing_matches_the_host_and_ties_go_low():
+    """cupy's routing kernel: the host's ids (ties to the lower id) on the tie table and on
+    random logits; weights within float32 rounding of the host's (exp differs by an ulp)."""
+    ops = ops_for("cupy")
+    ties = np.array(
+        [[1, 1, 1, 1], [0, 2, 2, 1], [3, 1, 1, 1], [1, 2, 1, 2], [0, 0, 5, 0]], dtype=np.float32
+    )
+    z = np.random.default_rng(8).standard_normal((300, 128)).astype(np.float32)
+    for logits, k in ((ties, 2), (ties, 3), (z, 8), (z, 1)):
+        for norm in (False, True):
+            ids, w = ops.moe_route(ops.asarray(logits), k, norm)
+            hids, hw = route(logits, k, norm)
+            assert ops.to_numpy(ids).tolist() == hids.tolist(), (k, norm)
+            assert np.allclose(ops.to_numpy(w), hw, rtol=1e-6, atol=0), (k, norm)
+            one = ops.moe_route(ops.asarray(logits[3:4]), k, norm)
+            assert ops.to_numpy(one[1]).tobytes() == ops.to_numpy(w)[3:4].tobytes()
