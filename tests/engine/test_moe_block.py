@@ -213,6 +213,6 @@ def test_cupy_routing_matches_the_host_and_ties_go_low():
             ids, w = ops.moe_route(ops.asarray(logits), k, norm)
             hids, hw = route(logits, k, norm)
             assert ops.to_numpy(ids).tolist() == hids.tolist(), (k, norm)
-            assert np.allclose(ops.to_numpy(w), hw, rtol=1e-6, atol=0), (k, norm)
+            assert np.allclose(ops.to_numpy(w), hw, rtol=1e-5, atol=0), (k, norm)
             one = ops.moe_route(ops.asarray(logits[3:4]), k, norm)
             assert ops.to_numpy(one[1]).tobytes() == ops.to_numpy(w)[3:4].tobytes()
