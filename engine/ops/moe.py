@@ -6,7 +6,8 @@
   by a left-to-right sum over the k ranks. No value of a row depends on another row.
 * The (row, rank) pairs are grouped by expert; each expert's rows run through the backend's
   own `linear`, which is row-invariant at any row count (numpy: fixed zero-padded row tiles;
-  mlx: an M-invariant gemm, probed at load; cupy: fixed tiles). So an expert gives a row
+  mlx: an M-invariant gemm, probed at load; cupy: a warp per output and row, though cupy's
+  moe_ffn takes its own all-device path, engine/ops/cupy_moe.py). So an expert gives a row
   the same bits however many rows it got and whichever they are.
 * A row's k outputs are weighted and summed in rank order (rank 0 first), in float32.
 """
