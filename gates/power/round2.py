@@ -26,10 +26,9 @@ ROUND2: tuple[Plant, ...] = (
         "policy: a due long prompt's first step waits until no stream decodes (rounds go first)",
         (
             POLICY,
-            "    if longs and state.debt <= 0:\n",
-            "    started = [s for s in longs if s.has_lane or not decoders]\n"
-            "    if started and state.debt <= 0:\n"
-            "        longs = started\n",
+            "    if longs and state.debt <= 0:",
+            "    longs = [s for s in longs if s.has_lane or not decoders]\n"
+            "    if longs and state.debt <= 0:",
         ),
     ),
     _p(
