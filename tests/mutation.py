@@ -39,7 +39,7 @@ MODULES: dict[str, list[str]] = {
     "gates/store.py": ["tests/gates/test_store_keys.py"],  # arm_key, fingerprint
     "gates/matrix.py": ["tests/gates/test_gates_matrix.py", "tests/gates/test_gates_validate.py"],
     "gates/speed/stats.py": ["tests/gates/test_speed.py"],
-    "gates/speed/estimate.py": ["tests/gates/test_speed.py"],
+    "gates/speed/estimate.py": ["tests/gates/test_speed.py", "tests/gates/test_speed_estimate.py"],
 }
 
 # where only part of a module decides things: the mutant names (globs) that are run and counted
