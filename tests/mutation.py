@@ -57,6 +57,7 @@ EQUIVALENT: dict[str, str] = {
     "engine.kv.codec.x_encode__mutmut_23": "frexp of a finite float32 <= 128: exp - 8 < 127",
     "engine.kv.codec.x_encode__mutmut_31": "frexp of a finite float32 <= 128: exp - 8 < 127",
     "engine.kv.codec.x_decode__mutmut_10": "code * 2**exp rounds once, in float64 or float32",
+    "engine.kv.plan.xǁPagePlanǁ_cached_prefix__mutmut_3": "paging off: the cache is empty",
     "engine.lanes.sampling.x__mix__mutmut_1": "its one caller ignores overflow around it",
     "engine.lanes.sampling.x_uniforms__mutmut_22": "astype(None) is astype(float64)",
     "engine.lanes.sampling.x_sample__mutmut_22": "astype(None) is astype(float64)",

@@ -5,6 +5,7 @@ taken from a full pool must come from the cached, unreferenced key with the olde
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -97,3 +98,11 @@ def test_eviction_takes_the_least_recently_used_unreferenced_page(ops) -> None:
                 clock, stamp[k] = clock + 1, clock + 1
         assert plan.pages_in_use == 0
         assert len(plan.free_pages) + plan.cached_pages == plan.total_pages
+
+
+def test_opening_past_can_open_is_an_error_by_name() -> None:
+    plan = PagePlan(lanes=2, context=64, page_rows=ROWS, pool_pages=2)
+    plan.open(4, [1, 2, 3])
+    assert not plan.can_open(1)
+    with pytest.raises(RuntimeError, match="^page pool exhausted$"):
+        plan.open(1, [5])
