@@ -89,6 +89,7 @@ def prepare(module: str, tests: list[str]) -> Path:
         "only_mutate": [module],
         "pytest_add_cli_args_test_selection": tests,
         "pytest_add_cli_args": ["-p", "no:randomly", "-p", "no:cacheprovider", "-p", "no:xdist"],
+        "also_copy": ["conftest.py", "fixtures", "matrices"],  # tests read them from the root
     }
     lines = ["", "[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in section.items()]
     with open(where / "pyproject.toml", "a") as f:
