@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 from gates.speed import estimate
 
@@ -38,5 +39,9 @@ def test_the_quantile_is_over_every_action_of_every_run() -> None:
 def test_per_run_metrics_are_the_median_of_positive_values() -> None:
     runs = [run([], [], [], [], ttft_ms=v) for v in (4.0, 0.0, 6.0, 9.0)] + [run([], [], [], [])]
     assert estimate.value(runs, "ttft_ms", 0.5) == 6.0  # 0 and absent are left out
-    assert math.isnan(estimate.value(runs[1:2], "ttft_ms", 0.5))
+    with warnings.catch_warnings():  # no median of nothing (a RuntimeWarning) is taken
+        warnings.simplefilter("error")
+        assert math.isnan(estimate.value(runs[1:2], "ttft_ms", 0.5))
+    small = [run([], [], [], [], cpu_s_per_token=v) for v in (0.5, 0.25, 0.75)]
+    assert estimate.value(small, "cpu_s_per_token", 0.5) == 0.5  # below 1 counts too
     assert set(estimate.PER_RUN) == {"cpu_s_per_token", "ttft_ms"}
