@@ -13,6 +13,7 @@ a module scores under --min (default 80 %). nox -s mutation runs it; docs/testin
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import shutil
 import subprocess
@@ -38,7 +39,16 @@ MODULES: dict[str, list[str]] = {
     "gates/store.py": ["tests/gates/test_store_keys.py"],  # arm_key, fingerprint
     "gates/matrix.py": ["tests/gates/test_gates_matrix.py", "tests/gates/test_gates_validate.py"],
     "gates/speed/stats.py": ["tests/gates/test_speed.py"],
-    "gates/speed/estimate.py": ["tests/gates/test_speed.py"],
+    "gates/speed/estimate.py": ["tests/gates/test_speed.py", "tests/gates/test_speed_estimate.py"],
+}
+
+# where only part of a module decides things: the mutant names (globs) that are run and counted
+SCOPE: dict[str, list[str]] = {
+    "engine/serve/openai.py": [  # request parsing; the response shapes are the server's tests'
+        "engine.serve.openai.x_to_request__mutmut_*",
+        "engine.serve.openai.x__refuse_unsupported__mutmut_*",
+        "engine.serve.openai.xǁUnsupportedǁ__init____mutmut_*",
+    ],
 }
 
 # mutants that change no behaviour: name -> why (docs/testing.md lists them too)
@@ -47,6 +57,24 @@ EQUIVALENT: dict[str, str] = {
     "engine.kv.codec.x_encode__mutmut_23": "frexp of a finite float32 <= 128: exp - 8 < 127",
     "engine.kv.codec.x_encode__mutmut_31": "frexp of a finite float32 <= 128: exp - 8 < 127",
     "engine.kv.codec.x_decode__mutmut_10": "code * 2**exp rounds once, in float64 or float32",
+    "engine.kv.plan.xǁPagePlanǁ_cached_prefix__mutmut_3": "paging off: the cache is empty",
+    "engine.serve.openai.x__refuse_unsupported__mutmut_2": "get('n', None): None is allowed too",
+    "engine.serve.openai.x__refuse_unsupported__mutmut_4": "get('n'): None is allowed too",
+    "engine.serve.openai.x__refuse_unsupported__mutmut_19": "get('best_of', None): None allowed",
+    "engine.serve.openai.x__refuse_unsupported__mutmut_21": "get('best_of'): None is allowed too",
+    "engine.serve.openai.x_to_request__mutmut_68": "bool(get('stream', None)) is False too",
+    "engine.serve.openai.x_to_request__mutmut_70": "bool(get('stream')) is False too",
+    "gates.speed.estimate.x__costs__mutmut_8": "check_run refuses action lists of unequal length",
+    "gates.speed.estimate.x__costs__mutmut_12": "check_run refuses action lists of unequal length",
+    "gates.speed.estimate.x__costs__mutmut_15": "check_run refuses action lists of unequal length",
+    "gates.speed.estimate.x_value__mutmut_15": 'float("NAN") is float("nan")',
+    "gates.speed.estimate.x_value__mutmut_41": 'float("NAN") is float("nan")',
+    "engine.kv.plan.xǁPagePlanǁopen__mutmut_26": "a fresh page has refs 0: = 1 is += 1",
+    "engine.kv.plan.xǁPagePlanǁopen__mutmut_31": "a lane's own pages have refs 0: = 1 is += 1",
+    "engine.kv.plan.xǁPagePlanǁrelease__mutmut_5": "paging off: keys are never read",
+    "engine.kv.plan.xǁPagePlanǁrelease__mutmut_14": "a page held twice is cached: none moves it",
+    "engine.kv.plan.xǁPagePlanǁrelease__mutmut_22": "page_key's values are never read",
+    "engine.lanes.sampling.x__mix__mutmut_1": "its one caller ignores overflow around it",
     "engine.lanes.sampling.x_uniforms__mutmut_22": "astype(None) is astype(float64)",
     "engine.lanes.sampling.x_sample__mutmut_22": "astype(None) is astype(float64)",
     "engine.lanes.sampling.x_logit_hash__mutmut_11": "an 8-byte hexdigest has 16 chars: [:17]",
@@ -77,6 +105,7 @@ def prepare(module: str, tests: list[str]) -> Path:
         "only_mutate": [module],
         "pytest_add_cli_args_test_selection": tests,
         "pytest_add_cli_args": ["-p", "no:randomly", "-p", "no:cacheprovider", "-p", "no:xdist"],
+        "also_copy": ["conftest.py", "fixtures", "matrices"],  # tests read them from the root
     }
     lines = ["", "[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in section.items()]
     with open(where / "pyproject.toml", "a") as f:
@@ -87,7 +116,10 @@ def prepare(module: str, tests: list[str]) -> Path:
 def tally(where: Path, module: str) -> dict[str, list[str]]:
     meta = json.loads((where / "mutants" / f"{module}.meta").read_text())
     out: dict[str, list[str]] = {"killed": [], "survived": [], "equivalent": [], "other": []}
+    scope = SCOPE.get(module)
     for name, code in sorted(meta["exit_code_by_key"].items()):
+        if scope and not any(fnmatch.fnmatchcase(name, g) for g in scope):
+            continue
         if name in EQUIVALENT:
             out["equivalent"].append(name)
         elif code in KILLED:
@@ -104,7 +136,15 @@ def run_one(module: str, jobs: int) -> dict[str, list[str]]:
     if not tests:  # mutmut would run the whole suite per mutant
         raise SystemExit(f"mutation: error: {module}: none of its tests exist")
     where = prepare(module, tests)
-    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mutmut",
+        "run",
+        "--max-children",
+        str(jobs),
+        *SCOPE.get(module, []),
+    ]
     subprocess.run(cmd, cwd=where, check=False, stdout=subprocess.DEVNULL)
     return tally(where, module)
 

@@ -5,6 +5,7 @@ taken from a full pool must come from the cached, unreferenced key with the olde
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -97,3 +98,31 @@ def test_eviction_takes_the_least_recently_used_unreferenced_page(ops) -> None:
                 clock, stamp[k] = clock + 1, clock + 1
         assert plan.pages_in_use == 0
         assert len(plan.free_pages) + plan.cached_pages == plan.total_pages
+
+
+def test_opening_past_can_open_is_an_error_by_name() -> None:
+    plan = PagePlan(lanes=2, context=64, page_rows=ROWS, pool_pages=2)
+    plan.open(4, [1, 2, 3])
+    assert not plan.can_open(1)
+    with pytest.raises(RuntimeError, match="^page pool exhausted$"):
+        plan.open(1, [5])
+
+
+def test_a_pool_of_one_page_is_paging() -> None:
+    plan = PagePlan(lanes=3, context=8, page_rows=4, pool_pages=1)
+    assert plan.lanes == 3 and plan.paging and plan.total_pages == 1
+    assert plan.fits(4) and not plan.fits(5)
+
+
+def test_a_shared_page_stays_held_until_its_last_holder_releases_it() -> None:
+    plan = PagePlan(lanes=2, context=64, page_rows=ROWS, pool_pages=6)
+    a = [1, 2, 3, 4, 5]
+    plan.release(plan.open(5, a), a)
+    x, y = plan.open(6, a + [6]), plan.open(6, a + [7])
+    shared = x.pages[:2]
+    assert y.pages[:2] == shared and all(plan.refs[p] == 2 for p in shared)
+    plan.release(x, a + [6])
+    assert all(plan.refs[p] == 1 for p in shared)
+    assert not set(shared) & set(plan.free_pages) and plan.cached_pages == 1  # x's own page
+    plan.release(y, a + [7])
+    assert plan.pages_in_use == 0 and plan.cached_pages + len(plan.free_pages) == 6

@@ -91,3 +91,31 @@ def test_body_prompt_and_stream() -> None:
     assert to_request({"prompt": [1]}, False, None)[1] is False
     other, _ = to_request({"prompt": [1]}, False, None)
     assert other.id != r.id  # a fresh id per request
+
+
+def test_text_prompts_and_messages_go_through_the_tokenizer() -> None:
+    from pathlib import Path
+
+    from engine.model.tokenizer import Tokenizer
+
+    tok = Tokenizer(Path(__file__).resolve().parents[2] / "fixtures" / "models" / "tiny-qwen3")
+    r, _ = to_request({"prompt": "The gate runner"}, False, tok)
+    assert r.prompt_ids == tok.encode("The gate runner")
+    messages = [{"role": "user", "content": "Name a prime."}]
+    chat, _ = to_request({"messages": messages}, True, tok)
+    want = tok.encode(tok.apply_chat_template(messages, add_generation_prompt=True))
+    assert chat.prompt_ids == want
+    with pytest.raises(InputError, match="^request body: 'messages' must be a list"):
+        to_request({"messages": "hi"}, True, tok)
+
+
+def test_errors_name_the_request_body_and_say_what_is_supported() -> None:
+    with pytest.raises(InputError, match="^request body: field 'max_tokens' must be >= 1$"):
+        req(max_tokens=0)
+    with pytest.raises(Unsupported, match="^field 'n': only n = 1 is supported$"):
+        req(n=3)
+    with pytest.raises(Unsupported, match="^field 'best_of': only 1 is supported$"):
+        req(best_of=3)
+    want = "^field 'stop': stop strings are not supported; use stop_ids$"
+    with pytest.raises(Unsupported, match=want):
+        req(stop="x")
