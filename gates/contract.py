@@ -6,6 +6,9 @@ is read in ``gates/speed/schema.py``."""
 
 from __future__ import annotations
 
+import functools
+import json
+from pathlib import Path
 from typing import Any
 
 REPLY_KEYS = (
@@ -29,6 +32,9 @@ SERVE_CHOICE_KEYS = ("token_ids", "margins", "logit_hashes")
 TRUTH_DRAFTERS = ("oracle", "noisy")  # test drafters fed a plain run's replies by request id
 # capabilities' per-backend provenance (contract 4): {backend: {fact: text}}
 BACKEND_INFO = "backend_info"
+# What an engine loads whose capabilities do not list "architectures": every engine of this
+# project before Qwen3-MoE loaded only dense Qwen3 (engine/model/config.py).
+DENSE_ARCHITECTURES = ("Qwen3ForCausalLM",)
 
 
 def engine_args(c: dict[str, Any]) -> list[str]:
@@ -150,3 +156,25 @@ def backend_facts(caps: list[dict[str, Any] | None], backends: list[str]) -> dic
             if name not in out and isinstance(facts, dict) and facts:
                 out[name] = {str(k): str(v) for k, v in facts.items()}
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def model_architectures(model_dir: Path) -> tuple[str, ...]:
+    """A model directory's config.json "architectures" (none when it has none: not checked)."""
+    try:
+        archs = json.loads((Path(model_dir) / "config.json").read_text()).get("architectures")
+    except (OSError, ValueError, AttributeError):
+        return ()
+    return tuple(a for a in archs if isinstance(a, str)) if isinstance(archs, list) else ()
+
+
+def architecture_missing(caps: dict[str, Any], archs: tuple[str, ...]) -> str | None:
+    """Why an engine with ``caps`` cannot load a model of ``archs`` (None: it can, or the
+    model names no architecture)."""
+    if not archs:
+        return None
+    known = caps.get("architectures")
+    known = known if isinstance(known, list) else DENSE_ARCHITECTURES
+    if any(a in known for a in archs):
+        return None
+    return f"no architecture {archs[0]} (it loads {', '.join(map(str, known))})"
