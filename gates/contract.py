@@ -32,9 +32,6 @@ SERVE_CHOICE_KEYS = ("token_ids", "margins", "logit_hashes")
 TRUTH_DRAFTERS = ("oracle", "noisy")  # test drafters fed a plain run's replies by request id
 # capabilities' per-backend provenance (contract 4): {backend: {fact: text}}
 BACKEND_INFO = "backend_info"
-# What an engine loads whose capabilities do not list "architectures": every engine of this
-# project before Qwen3-MoE loaded only dense Qwen3 (engine/model/config.py).
-DENSE_ARCHITECTURES = ("Qwen3ForCausalLM",)
 
 
 def engine_args(c: dict[str, Any]) -> list[str]:
@@ -169,12 +166,10 @@ def model_architectures(model_dir: Path) -> tuple[str, ...]:
 
 
 def architecture_missing(caps: dict[str, Any], archs: tuple[str, ...]) -> str | None:
-    """Why an engine with ``caps`` cannot load a model of ``archs`` (None: it can, or the
-    model names no architecture)."""
-    if not archs:
-        return None
+    """Why an engine with ``caps`` cannot load a model of ``archs`` (None: it can, the model
+    names no architecture, or the engine lists none: then it is asked, and a refusal, exit 2,
+    is judged as any refused arm is)."""
     known = caps.get("architectures")
-    known = known if isinstance(known, list) else DENSE_ARCHITECTURES
-    if any(a in known for a in archs):
+    if not archs or not isinstance(known, list) or any(a in known for a in archs):
         return None
     return f"no architecture {archs[0]} (it loads {', '.join(map(str, known))})"

@@ -117,9 +117,9 @@ def test_a_changed_model_reruns_only_its_own_arms(stub_repo):
 
 
 def test_a_model_the_base_engine_cannot_load_is_not_comparable_there(stub_repo):
-    """An engine lists the architectures it loads; one that lists none loads dense Qwen3."""
+    """An engine lists the architectures it loads (capabilities' architectures)."""
     add_moe_model(stub_repo, ["Qwen3MoeForCausalLM"])
-    stub_repo.commit("two models, base loads dense Qwen3 only")
+    stub_repo.commit("two models, base loads dense Qwen3 only", ARCHITECTURES=["Qwen3ForCausalLM"])
     stub_repo.commit("head loads MoE", ARCHITECTURES=["Qwen3ForCausalLM", "Qwen3MoeForCausalLM"])
     code, man, _ = run_gates(stub_repo, matrix="matrices/two.yaml")
     assert code == 0
@@ -131,3 +131,11 @@ def test_a_model_the_base_engine_cannot_load_is_not_comparable_there(stub_repo):
     stub_repo.commit("head drops MoE", ARCHITECTURES=["Qwen3ForCausalLM"])
     _, man, _ = run_gates(stub_repo, matrix="matrices/two.yaml", base="main~2", head="main")
     assert any(f"{MOE_DIR!r} ran on neither commit" in b for b in man["bad_values"])
+
+
+def test_an_engine_that_lists_no_architectures_is_asked(stub_repo):
+    """No architectures in capabilities: the arm runs (the stub loads anything)."""
+    add_moe_model(stub_repo, ["Qwen3MoeForCausalLM"])
+    stub_repo.commit("two models")
+    code, man, _ = run_gates(stub_repo, matrix="matrices/two.yaml")
+    assert code == 0 and not any(a["status"] == "not_comparable" for a in man["arms"])
