@@ -32,6 +32,9 @@ SERVE_CHOICE_KEYS = ("token_ids", "margins", "logit_hashes")
 TRUTH_DRAFTERS = ("oracle", "noisy")  # test drafters fed a plain run's replies by request id
 # capabilities' per-backend provenance (contract 4): {backend: {fact: text}}
 BACKEND_INFO = "backend_info"
+# capabilities' "architectures" (contract 5): what --model loads; engines before it load this
+ARCHITECTURES_SINCE = 5
+BEFORE_ARCHITECTURES = ("Qwen3ForCausalLM",)
 
 
 def engine_args(c: dict[str, Any]) -> list[str]:
@@ -167,9 +170,11 @@ def model_architectures(model_dir: Path) -> tuple[str, ...]:
 
 def architecture_missing(caps: dict[str, Any], archs: tuple[str, ...]) -> str | None:
     """Why an engine with ``caps`` cannot load a model of ``archs`` (None: it can, the model
-    names no architecture, or the engine lists none: then it is asked, and a refusal, exit 2,
-    is judged as any refused arm is)."""
+    names no architecture, or an engine of contract 5 or later lists none: then it is asked,
+    and a refusal, exit 2, is judged as any refused arm is)."""
     known = caps.get("architectures")
-    if not archs or not isinstance(known, list) or any(a in known for a in archs):
+    if not isinstance(known, list) and isinstance(caps.get("contract"), int):
+        known = list(BEFORE_ARCHITECTURES) if caps["contract"] < ARCHITECTURES_SINCE else None
+    if not archs or known is None or any(a in known for a in archs):
         return None
     return f"no architecture {archs[0]} (it loads {', '.join(map(str, known))})"

@@ -133,9 +133,14 @@ def test_a_model_the_base_engine_cannot_load_is_not_comparable_there(stub_repo):
     assert any(f"{MOE_DIR!r} ran on neither commit" in b for b in man["bad_values"])
 
 
-def test_an_engine_that_lists_no_architectures_is_asked(stub_repo):
-    """No architectures in capabilities: the arm runs (the stub loads anything)."""
+def test_before_contract_5_an_engine_loads_dense_qwen3_only(stub_repo):
+    """No architectures in capabilities: before contract 5 (docs/contract.md) only
+    Qwen3ForCausalLM; from 5 on the engine is asked (the stub loads anything)."""
     add_moe_model(stub_repo, ["Qwen3MoeForCausalLM"])
-    stub_repo.commit("two models")
+    stub_repo.commit("two models, contract 1")
+    stub_repo.commit("contract 5, no architectures listed", CONTRACT=5)
     code, man, _ = run_gates(stub_repo, matrix="matrices/two.yaml")
-    assert code == 0 and not any(a["status"] == "not_comparable" for a in man["arms"])
+    assert code == 0
+    nc = {(a["side"], a["config"]["model"]) for a in man["arms"] if a["status"] == "not_comparable"}
+    assert nc == {("base", MOE_DIR)}
+    assert any("no architecture Qwen3MoeForCausalLM" in a["reason"] for a in man["arms"])

@@ -43,7 +43,7 @@ def capabilities() -> int:
     print(
         json.dumps(
             {
-                "contract": 1,
+                "contract": knobs.CONTRACT,
                 "backends": ["numpy", "fake", "cupy"],
                 "kv": [k for k in KV if k not in knobs.NO_KV],
                 "drafters": ["none", "oracle", "noisy"],
