@@ -89,6 +89,14 @@ def fixtures(session: nox.Session) -> None:
     session.run("python", "-m", "fixtures.train_tiny", *session.posargs)
 
 
+@nox.session
+def fixtures_moe(session: nox.Session) -> None:
+    """Retrain the bundled tiny Qwen3-MoE and its MTP head (fixtures/models/tiny-qwen3-moe;
+    torch on CPU, deterministic, ~7 CPU minutes)."""
+    session.install("-e", ".[train]")
+    session.run("python", "-m", "fixtures.train_tiny_moe", *session.posargs)
+
+
 SUBCOMMANDS = ("run", "lean", "show", "selftest", "clean")
 
 

@@ -18,7 +18,14 @@ from typing import Any
 
 from gates import HARNESS_VERSION, blas, prompts, refs, served, store
 from gates import envs as envs_mod
-from gates.contract import TRUTH_DRAFTERS, missing, request_keys, writes_trace
+from gates.contract import (
+    TRUTH_DRAFTERS,
+    architecture_missing,
+    missing,
+    model_architectures,
+    request_keys,
+    writes_trace,
+)
 from gates.execute import ArmJob, Progress, base_env, run_all, stored_run
 from gates.plan import Arm, canonical
 from gates.results import ArmResult, ArmRun, Status
@@ -110,7 +117,10 @@ class ArmRunner:
         c, why = self.caps[arm.side]
         if c is None:
             return f"{arm.side}: {why}"
-        lack = missing(c, arm.config)
+        model = self.models.get(arm.config["model"])
+        lack = missing(c, arm.config) or (
+            architecture_missing(c, model_architectures(model)) if model else None
+        )
         return f"the {arm.side} engine has {lack}" if lack else None
 
     def _prepare(self, arm: Arm, pending: dict[str, list[Arm]], jobs: list[ArmJob]) -> None:

@@ -6,6 +6,9 @@ is read in ``gates/speed/schema.py``."""
 
 from __future__ import annotations
 
+import functools
+import json
+from pathlib import Path
 from typing import Any
 
 REPLY_KEYS = (
@@ -29,6 +32,9 @@ SERVE_CHOICE_KEYS = ("token_ids", "margins", "logit_hashes")
 TRUTH_DRAFTERS = ("oracle", "noisy")  # test drafters fed a plain run's replies by request id
 # capabilities' per-backend provenance (contract 4): {backend: {fact: text}}
 BACKEND_INFO = "backend_info"
+# capabilities' "architectures" (contract 5): what --model loads; engines before it load this
+ARCHITECTURES_SINCE = 5
+BEFORE_ARCHITECTURES = ("Qwen3ForCausalLM",)
 
 
 def engine_args(c: dict[str, Any]) -> list[str]:
@@ -150,3 +156,25 @@ def backend_facts(caps: list[dict[str, Any] | None], backends: list[str]) -> dic
             if name not in out and isinstance(facts, dict) and facts:
                 out[name] = {str(k): str(v) for k, v in facts.items()}
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def model_architectures(model_dir: Path) -> tuple[str, ...]:
+    """A model directory's config.json "architectures" (none when it has none: not checked)."""
+    try:
+        archs = json.loads((Path(model_dir) / "config.json").read_text()).get("architectures")
+    except (OSError, ValueError, AttributeError):
+        return ()
+    return tuple(a for a in archs if isinstance(a, str)) if isinstance(archs, list) else ()
+
+
+def architecture_missing(caps: dict[str, Any], archs: tuple[str, ...]) -> str | None:
+    """Why an engine with ``caps`` cannot load a model of ``archs`` (None: it can, the model
+    names no architecture, or an engine of contract 5 or later lists none: then it is asked,
+    and a refusal, exit 2, is judged as any refused arm is)."""
+    known = caps.get("architectures")
+    if not isinstance(known, list) and isinstance(caps.get("contract"), int):
+        known = list(BEFORE_ARCHITECTURES) if caps["contract"] < ARCHITECTURES_SINCE else None
+    if not archs or known is None or any(a in known for a in archs):
+        return None
+    return f"no architecture {archs[0]} (it loads {', '.join(map(str, known))})"

@@ -45,18 +45,27 @@ class Inputs:
         return rel(self.root, self.mpath)
 
 
+def _model_keys(m: matrix.Matrix) -> list[tuple[str, str]]:
+    """(the key that names it, model directory) of every model the matrix uses."""
+    key = m.keys.get("model", "model")
+    out = [
+        (f"{key}[{i}]" if key.startswith("axes.") else key, name)
+        for i, name in enumerate(m.axes["model"])
+    ]
+    return out + [(f"drafter_models.{d}", name) for d, name in m.drafter_models.items()]
+
+
 def load_inputs(root: Path, matrix_name: str) -> Inputs:
     """The plan phase: matrix, prompt sets, model folders, fixture hashes, arms and comparisons."""
     mpath = _matrix_path(root, matrix_name)
     m = matrix.load(mpath)
     sets = {name: prompts.load(prompts.resolve_path(root, name)) for name in m.prompt_sets()}
     models = {}
-    for key, names in (("model", m.axes["model"]), ("drafter_models", m.drafter_models.values())):
-        for name in names:
-            p = Path(name) if Path(name).is_absolute() else root / name
-            if not p.is_dir():
-                raise BadInput(f"{mpath}: {key}: {name!r} is not a directory under {root}")
-            models[name] = p
+    for key, name in _model_keys(m):
+        p = Path(name) if Path(name).is_absolute() else root / name
+        if not p.is_dir():
+            raise BadInput(f"{mpath}: {key}: {name!r} is not a directory under {root}")
+        models[name] = p
     fixtures = {f"model:{n}": store.hash_dir(p) for n, p in models.items()}
     fixtures.update({f"prompts:{n}": store.hash_file(prompts.resolve_path(root, n)) for n in sets})
     return Inputs(root, mpath, m, sets, models, plan.build(m, sets), fixtures)

@@ -48,7 +48,11 @@ SCALARS = {
     "timeout": (int, 900),
     "columns": (str, None),
 }
-TOP_KEYS = {"name", "description", "axes", "gates", "speed", "drafter_models", *AXES, *SCALARS}
+TOP_KEYS = {
+    *("name", "description", "axes", "exclude", "gates", "speed", "drafter_models"),
+    *AXES,
+    *SCALARS,
+}
 SPEED_KEYS = {
     "parallel": list,
     "prompt_tokens": int,
@@ -97,6 +101,7 @@ class Matrix:
     description: str = ""
     drafter_models: dict[str, str] = field(default_factory=dict)  # drafter -> its directory
     keys: dict[str, str] = field(default_factory=dict)  # axis -> where the file sets it
+    exclude: list[dict[str, list[Any]]] = field(default_factory=list)  # points left out
 
     def prompt_sets(self) -> list[str]:
         """Every prompt set an arm may send: the prompts axis, then the gates' own."""
@@ -108,11 +113,14 @@ class Matrix:
         return names
 
     def points(self) -> list[dict[str, Any]]:
-        """The cartesian product of the axes, as dicts."""
+        """The cartesian product of the axes, as dicts, less the ``exclude`` patterns."""
         names = list(AXES)
-        return [
+        every = [
             dict(zip(names, combo, strict=True))
             for combo in itertools.product(*(self.axes[n] for n in names))
+        ]
+        return [
+            p for p in every if not any(all(p[a] in v for a, v in x.items()) for x in self.exclude)
         ]
 
 
@@ -193,6 +201,7 @@ def load(path: str | Path) -> Matrix:
         description=str(desc) if desc else "",
         drafter_models=dict(dm),
         keys=keys,
+        exclude=_exclude(p, raw.get("exclude"), axes),
     )
 
 
@@ -242,6 +251,34 @@ def _axes(p: Path, raw: dict[Any, Any]) -> tuple[dict[str, list[Any]], dict[str,
         else:
             raise fail(p, axis, f"a {axis} (at the top level or in axes)", None)
     return axes, keys
+
+
+def _exclude(p: Path, raw: Any, axes: dict[str, list[Any]]) -> list[dict[str, list[Any]]]:
+    """``exclude``: a list of patterns (axis -> a value or a list of values of that axis);
+    a point that matches every axis of a pattern is not part of the matrix."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise fail(p, "exclude", "a list of patterns (axis -> value or list of values)", raw)
+    out = []
+    for i, pat in enumerate(raw):
+        if not isinstance(pat, dict) or not pat:
+            raise fail(p, f"exclude[{i}]", "a non-empty mapping of axis -> values", pat)
+        norm: dict[str, list[Any]] = {}
+        for axis, vals in pat.items():
+            key = f"exclude[{i}].{axis}"
+            if axis not in AXES:
+                raise fail(p, key, f"an axis ({', '.join(AXES)})", axis)
+            norm[axis] = norm_values(p, key, axis, vals)
+            for v in norm[axis]:
+                if v not in axes[axis]:
+                    raise fail(p, key, f"a value of {axis} ({_shown(axes[axis])})", v)
+        out.append(norm)
+    return out
+
+
+def _shown(values: list[Any]) -> str:
+    return ", ".join(str(v) for v in values)
 
 
 def _scalars(p: Path, raw: dict[Any, Any]) -> dict[str, Any]:

@@ -65,7 +65,7 @@ def values_run_nowhere(m: Matrix, arms: list[ArmResult]) -> list[str]:
 
     Such a value tests nothing: the matrix asks for something neither engine runs."""
     out: list[str] = []
-    for axis in ("parallel", "paging", "kv", "drafter", "backend", "prompts"):
+    for axis in ("parallel", "paging", "kv", "drafter", "backend", "prompts", "model"):
         if len(m.axes[axis]) < 2:
             continue
         for v in m.axes[axis]:

@@ -18,6 +18,7 @@ NUMPY_OPS = "engine/ops/numpy_ops.py"
 QWEN3 = "engine/model/qwen3.py"
 SERVE_OPENAI = "engine/serve/openai.py"
 SERVE_WORKER = "engine/serve/worker.py"
+MOE = "engine/ops/moe.py"
 
 
 PLANTS: tuple[Plant, ...] = (
@@ -209,6 +210,39 @@ PLANTS: tuple[Plant, ...] = (
         ),
     ),
     *ROUND2,
+    # ---- mixture of experts (engine/ops/moe.py; quick's tiny-qwen3-moe arms) -----------
+    _p(
+        "moe-tie-to-higher-id",
+        "moe.route: equal router probabilities rank the higher expert id first",
+        (
+            MOE,
+            '    ids = np.argsort(-p, axis=1, kind="stable")[:, :top_k]\n',
+            "    ids = (p.shape[1] - 1 - np.argsort(-p[:, ::-1], axis=1, kind='stable'))"
+            "[:, :top_k]\n",
+        ),
+    ),
+    _p(
+        "moe-gemm-by-row-count",
+        "moe.moe_ffn: an expert's gate|up as one matmul of its rows (gemv at 1 row, gemm at more)",
+        (
+            MOE,
+            "        gu = ops.expert_linear(ops.take_rows(x, rows), moe.gate_up[e])\n",
+            "        gu = ops.take_rows(x, rows) @ moe.gate_up[e]\n",
+        ),
+    ),
+    _p(
+        "moe-sum-in-arrival-order",
+        "moe.moe_ffn: a row's expert outputs summed as experts arrive (busiest first), not by rank",
+        (
+            MOE,
+            "    y = ops.concat_rows(outs)\n",
+            "    y = ops.concat_rows(outs)\n"
+            "    busiest = sorted(groups, key=lambda g: -len(g[1]))\n"
+            "    arrival = {e: i for i, (e, _) in enumerate(busiest)}\n"
+            '    order = np.argsort(np.vectorize(arrival.get)(ids), axis=1, kind="stable")\n'
+            "    where, w = np.take_along_axis(where, order, 1), np.take_along_axis(w, order, 1)\n",
+        ),
+    ),
     # ---- no-op changes: the gates must stay quiet -------------------------------------
     _p(
         "noop-docstring",

@@ -98,9 +98,24 @@ def test_bundled_matrices_load_and_plan(name):
 def test_quick_matrix_is_small():
     m = matrix.load(REPO / "matrices" / "quick.yaml")
     sets = {n: prompts.load(prompts.resolve_path(REPO, n)) for n in m.prompt_sets()}
-    # 43 arms: cold on this 2-core VM in under 3 min (docs/gates.md, Budgets)
-    assert len(plan.build(m, sets).arms) <= 44
+    arms = plan.build(m, sets).arms
+    assert len(arms) <= 66  # 43 dense, 22 MoE (bf16 only, no scheduler arms)
+    moe = [a for a in arms if a.config["model"] == "fixtures/models/tiny-qwen3-moe"]
+    assert 0 < len(moe) <= len(arms) // 2  # a slice: not a second quick
     assert m.axes["backend"] == ["numpy"]
+
+
+@pytest.mark.parametrize("name", ["quick", "default", "gpu"])
+def test_every_equality_gate_runs_on_the_moe_model(name):
+    m = matrix.load(REPO / "matrices" / f"{name}.yaml")
+    sets = {n: prompts.load(prompts.resolve_path(REPO, n)) for n in m.prompt_sets()}
+    p = plan.build(m, sets)
+    moe = "fixtures/models/tiny-qwen3-moe"
+    kinds = {g.name: g.kind for g in m.gates}
+    on_moe = {c.gate for c in p.comparisons if c.b.config["model"] == moe}
+    on_moe |= {c.gate for c in p.checks if c.arm.config["model"] == moe}
+    on_moe |= {c.gate for c in p.pairs if c.b.config["model"] == moe}
+    assert {n for n, k in kinds.items() if not k.startswith("schedule")} == on_moe
 
 
 def test_plan_rules(tmp_path):

@@ -119,7 +119,7 @@ def test_the_default_matrix_with_a_failing_head_stays_under_the_limit(stub_repo,
     fails every gate it can and crashes 16 arms or more, each with its own traceback: the receipt
     stays under GitHub's limit, and the full report beside it has every comparison."""
     root = stub_repo.root
-    for name in ("tiny-qwen3", "tiny-qwen3-block"):
+    for name in ("tiny-qwen3", "tiny-qwen3-block", "tiny-qwen3-moe"):
         shutil.copytree(REPO / "fixtures" / "models" / name, root / "fixtures" / "models" / name)
     for p in (REPO / "fixtures" / "prompts").glob("*.jsonl"):
         shutil.copy(p, root / "fixtures" / "prompts" / p.name)
@@ -134,6 +134,7 @@ def test_the_default_matrix_with_a_failing_head_stays_under_the_limit(stub_repo,
             check=True,
         ).stdout
     )
+    caps.setdefault("architectures", ["Qwen3ForCausalLM", "Qwen3MoeForCausalLM"])  # fake arms
     monkeypatch.setattr(run_mod, "capabilities", lambda worktree, cache, **kw: (caps, ""))
     monkeypatch.setattr(execute, "run_arm", fake_arm(head))
     code, man, md = run_gates(stub_repo, "--no-speed", matrix="matrices/default.yaml")

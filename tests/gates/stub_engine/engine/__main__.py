@@ -43,7 +43,7 @@ def capabilities() -> int:
     print(
         json.dumps(
             {
-                "contract": 1,
+                "contract": knobs.CONTRACT,
                 "backends": ["numpy", "fake", "cupy"],
                 "kv": [k for k in KV if k not in knobs.NO_KV],
                 "drafters": ["none", "oracle", "noisy"],
@@ -53,6 +53,7 @@ def capabilities() -> int:
                 "flags": FLAGS,
                 "env_flags": ["ENGINE_SALT"],
                 "backend_info": {"cupy": knobs.CUPY_INFO} if knobs.CUPY_INFO else {},
+                **({"architectures": knobs.ARCHITECTURES} if knobs.ARCHITECTURES else {}),
             }
         )
     )
@@ -130,6 +131,8 @@ def run(a: argparse.Namespace) -> int:
             t = h(salt, hist) % vocab
             if knobs.BATCH_BUG and concurrent and i % 2 == 1 and pos == 3:
                 t = (t + 1) % vocab
+            if knobs.MOE_BUG and cfg.get("num_experts") and concurrent and i % 2 == 0 and pos == 4:
+                t = (t + 5) % vocab
             if knobs.DRAFT_BUG and a.drafter != "none" and pos == 2:
                 t = (t + 7) % vocab
             if knobs.RESUME_BUG and cached and pos == 1:

@@ -15,3 +15,6 @@ NO_KV = ()  # kv dtypes missing from capabilities
 FAIL_CAPABILITIES = False
 REQUIRE_MODULE = ""  # a module `run` imports first (per-commit environments)
 CUPY_INFO = {}  # capabilities' backend_info["cupy"] (contract 4): provenance facts
+ARCHITECTURES = None  # a list: capabilities' "architectures" (None: the key is absent)
+MOE_BUG = False  # True: concurrent runs on a model whose config has num_experts change tokens
+CONTRACT = 1  # capabilities' "contract"
