@@ -270,6 +270,9 @@ def _glue_refs(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gates.procs import Terminated, own_children
+
+    own_children()  # SIGTERM/SIGHUP unwind like Ctrl-C; no engine process outlives the runner
     try:
         args = parser().parse_args(_glue_refs(sys.argv[1:] if argv is None else argv))
     except SystemExit as e:  # argparse: usage errors are bad input too
@@ -279,9 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as e:
         print(f"gates: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print("\ngates: interrupted; finished arms are kept in the cache", file=sys.stderr)
-        return 130
+        return 143 if isinstance(e, Terminated) else 130
     finally:
         from gates.refs import release
 
