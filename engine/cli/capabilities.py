@@ -12,7 +12,8 @@ from engine.kv.codec import KV_DTYPES
 # 3: "serve": what `engine serve` reads and returns (margins and logit_hashes per token)
 # 4: "backend_info": per backend, the device and library versions behind it (provenance)
 # 5: "architectures": the config.json architectures --model loads (Qwen3-MoE from here on)
-CONTRACT_VERSION = 5
+# 6: serve reads `stop` strings; refuses unknown fields (400), unknown models (404)
+CONTRACT_VERSION = 6
 
 
 def serve_capabilities() -> dict:
