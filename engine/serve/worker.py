@@ -124,9 +124,13 @@ class EngineWorker:
             self.engine.cancel(ticket.request.id)
 
     def _publish(self) -> None:
-        for sid, ticket in list(self.tickets.items()):
-            s = ticket.stream
-            assert s is not None
+        """New tokens of the streams the last action touched (live or just finished): the
+        thousands of queued ones cost nothing here."""
+        for s in [*self.engine.live, *self.engine.finished]:
+            sid = s.sid
+            ticket = self.tickets.get(sid)
+            if ticket is None:
+                continue
             start = self.sent[sid]
             cut = ticket.stop.cut(s.generated) if ticket.stop and not s.error else None
             if cut:

@@ -162,3 +162,36 @@ def test_a_stop_string_cuts_the_text_and_keeps_the_ids_exact(server, model):
     assert [t for e in evs for t in e["choices"][0]["token_ids"]] == full[:k]
     assert "".join(e["choices"][0]["text"] for e in evs) == want_text
     assert evs[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+@pytest.fixture(scope="module")
+def impatient(model):
+    """A server with short header and body deadlines."""
+    worker = EngineWorker(Engine(model, EngineConfig(parallel=2)))
+    worker.start()
+    settings = Settings(worker, Tokenizer(TINY), "tiny-qwen3", body_timeout=0.5)
+    srv = HttpServer(settings, "127.0.0.1", 0, header_timeout=0.5)
+    yield srv.start()
+    srv.stop()
+    worker.stop()
+
+
+def connect(base: str) -> socket.socket:
+    host, port = base.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=20)
+
+
+def test_a_client_that_never_finishes_its_headers_is_closed(impatient):
+    with connect(impatient) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Ty")
+        assert s.recv(4096) == b""  # closed by the server (well before the 20 s timeout)
+    status, out, _ = call(impatient + "/health", None, "GET")
+    assert status == 200
+
+
+def test_a_body_that_never_comes_is_408(impatient):
+    with connect(impatient) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{")
+        raw = s.recv(4096)
+    head, body = raw.split(b"\r\n\r\n", 1)
+    assert b" 408 " in head.splitlines()[0] and "body" in error_of(json.loads(body))["message"]
