@@ -39,6 +39,16 @@ def _merge(a: argparse.Namespace) -> int:
     return merge_main(a.manifests, a.repo, a.out)
 
 
+def _jobs(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return n
+
+
 def _shard_arg(text: str) -> tuple[int, int]:
     from gates.shard import parse
 
@@ -153,7 +163,7 @@ def _run_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     )
     r.add_argument(
         "--jobs",
-        type=int,
+        type=_jobs,
         default=None,
         help="arms at once (default: CPU count; on a CUDA backend: per GPU, default 1)",
     )
@@ -251,7 +261,7 @@ def _selftest_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     )
     t.add_argument("--matrix", default="matrices/quick.yaml", help="--power: the gate matrix")
     t.add_argument("--only", default=None, help="--power: plant names, comma-separated")
-    t.add_argument("--jobs", type=int, default=None, help="--power: arms at once per gate run")
+    t.add_argument("--jobs", type=_jobs, default=None, help="--power: arms at once per gate run")
     t.add_argument("--out", default=None, help="--power: also write the Markdown table here")
     t.set_defaults(fn=_selftest)
 
