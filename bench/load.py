@@ -173,7 +173,11 @@ def main(argv: list[str] | None = None) -> int:
             run = asyncio.run(drive(args, port, lines))
         finally:
             proc.terminate()
-            proc.wait(timeout=30)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
     out = summary(args, run, solo, lines)
     out["command"] = "python bench/load.py " + " ".join(sys.argv[1:] if argv is None else argv)
     print(json.dumps(out, indent=1))

@@ -45,7 +45,7 @@ class HttpServer:
             keepalive_timeout=self.header_timeout,
             handler_cancellation=True,
         )
-        runner = web.ServerRunner(server)
+        runner = web.ServerRunner(server, shutdown_timeout=2.0)  # SIGTERM: gone in seconds
         if not self.verbose:  # a malformed request is answered 400; no traceback in the log
             logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
         await runner.setup()
