@@ -47,7 +47,7 @@ def to_request(body: Any, chat: bool, tokenizer: Any, model: str) -> Parsed:
             fields[key] = given[key]
     fields["max_tokens"] = given.get("max_completion_tokens", given.get("max_tokens", 16))
     stop = given.get("stop", [])
-    stops = [stop] if isinstance(stop, str) else list(stop)
+    stops = [x for x in ([stop] if isinstance(stop, str) else stop) if x]
     if stops and tokenizer is None:
         raise schema.Invalid("field 'stop': stop strings need the model's tokenizer", "stop")
     try:

@@ -37,10 +37,9 @@ def _ids(v: Any) -> bool:
 
 def _stop(v: Any) -> bool:
     if isinstance(v, str):
-        return v != ""
-    return (
-        isinstance(v, list) and 0 < len(v) <= MAX_STOPS and all(isinstance(s, str) and s for s in v)
-    )
+        return True  # "" is no stop string
+    strings = isinstance(v, list) and all(isinstance(s, str) and s for s in v)
+    return strings and len(v) <= MAX_STOPS
 
 
 def _messages(v: Any) -> bool:
@@ -62,7 +61,8 @@ SAMPLING: dict[str, Check] = {
     "max_tokens": (lambda v: _int(v) and v >= 1, "an integer >= 1"),
     "temperature": (lambda v: _num(v) and v >= 0, "a finite number >= 0"),
     "seed": (_int, "an integer"),
-    "stop": (_stop, f"a non-empty string or a list of 1 to {MAX_STOPS} non-empty strings"),
+    "stop": (_stop, f"a string or a list of at most {MAX_STOPS} non-empty strings"),
+    "max_completion_tokens": (lambda v: _int(v) and v >= 1, "an integer >= 1"),
     "stop_ids": (_ids, "a list of token ids >= 0"),
     "priority": (lambda v: v in PRIORITIES, f"one of {', '.join(PRIORITIES)}"),
     "draft": (lambda v: isinstance(v, bool), "a boolean"),
@@ -82,14 +82,13 @@ COMPLETIONS: dict[str, Check] = {
         "a string or a list of token ids",
     ),
     "best_of": (lambda v: v == 1 and _int(v), "1 (best_of is not supported)"),
-    "logprobs": (lambda v: v == 0 and _int(v), "0 (logprobs are not supported)"),
+    "logprobs": (lambda v: v is False or (v == 0 and _int(v)), "0 (logprobs are not supported)"),
     "echo": (lambda v: v is False, "false (echo is not supported)"),
     "suffix": (lambda v: v == "", "empty (suffix is not supported)"),
 }
 CHAT: dict[str, Check] = {
     **SAMPLING,
     "messages": (_messages, "a non-empty list of {role, content} objects with string values"),
-    "max_completion_tokens": (lambda v: _int(v) and v >= 1, "an integer >= 1"),
     "logprobs": (lambda v: v is False, "false (logprobs are not supported)"),
     "top_logprobs": (lambda v: v == 0 and _int(v), "0 (logprobs are not supported)"),
     "tools": (lambda v: v == [], "empty (tools are not supported)"),

@@ -71,7 +71,7 @@ def error_of(out: dict) -> dict:
         ("max_tokens", 2.0),
         ("temperature", "0.5"),
         ("seed", 1.5),
-        ("stop", ""),
+        ("stop", [""]),
         ("stop", ["a", "b", "c", "d", "e"]),
         ("stop_ids", [-1]),
         ("ignore_eos", "yes"),
