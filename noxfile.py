@@ -1,4 +1,4 @@
-"""nox sessions: lint, tests, gates, lean, mutation, ray, bench, fixtures, reference, peers.
+"""nox sessions: lint, tests, gates, lean, mutation, ray, bench, load, fixtures, reference, peers.
 
     nox -s gates -- --base main --head HEAD [--matrix matrices/quick.yaml]
     nox -s gates -- selftest [--power] | show | clean | lean --base main
@@ -78,6 +78,13 @@ def bench(session: nox.Session) -> None:
     session.install("-e", ".")
     args = session.posargs or ["--parallel", "1,2,4,8"]
     session.run("python", "-m", "engine", "bench", "--model", "fixtures/models/tiny-qwen3", *args)
+
+
+@nox.session
+def load(session: nox.Session) -> None:
+    """The served load test: 4096 streaming clients beside 256 idle sockets (docs/serving.md)."""
+    session.install("-e", ".")
+    session.run("python", "bench/load.py", *session.posargs)
 
 
 @nox.session

@@ -9,6 +9,8 @@ from engine.errors import InputError
 from engine.kv.codec import KV_DTYPES
 
 DRAFTERS = ("none", "mtp", "block", "oracle", "noisy")
+MAX_PARALLEL = 64  # lanes (capabilities' limits.parallel)
+MAX_DRAFT_TOKENS = 16
 
 
 def env_flags(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -42,8 +44,8 @@ class EngineConfig:
 
         for name in ("parallel", "context", "page_rows", "step_rows", "share", "draft_tokens"):
             positive(name, getattr(self, name))
-        if self.parallel > 64:
-            raise InputError(f"--parallel: at most 64 lanes, got {self.parallel}")
+        if self.parallel > MAX_PARALLEL:
+            raise InputError(f"--parallel: at most {MAX_PARALLEL} lanes, got {self.parallel}")
         if self.kv not in KV_DTYPES:
             raise InputError(f"--kv: expected one of {', '.join(KV_DTYPES)}, got '{self.kv}'")
         if self.kv_pages < 0:
@@ -52,6 +54,6 @@ class EngineConfig:
             raise InputError(
                 f"--drafter: expected one of {', '.join(DRAFTERS)}, got '{self.drafter}'"
             )
-        if self.draft_tokens > 16:
-            raise InputError(f"--draft-tokens: at most 16, got {self.draft_tokens}")
+        if self.draft_tokens > MAX_DRAFT_TOKENS:
+            raise InputError(f"--draft-tokens: at most {MAX_DRAFT_TOKENS}, got {self.draft_tokens}")
         return self

@@ -39,6 +39,16 @@ def _merge(a: argparse.Namespace) -> int:
     return merge_main(a.manifests, a.repo, a.out)
 
 
+def _jobs(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return n
+
+
 def _shard_arg(text: str) -> tuple[int, int]:
     from gates.shard import parse
 
@@ -153,7 +163,7 @@ def _run_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     )
     r.add_argument(
         "--jobs",
-        type=int,
+        type=_jobs,
         default=None,
         help="arms at once (default: CPU count; on a CUDA backend: per GPU, default 1)",
     )
@@ -251,7 +261,7 @@ def _selftest_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     )
     t.add_argument("--matrix", default="matrices/quick.yaml", help="--power: the gate matrix")
     t.add_argument("--only", default=None, help="--power: plant names, comma-separated")
-    t.add_argument("--jobs", type=int, default=None, help="--power: arms at once per gate run")
+    t.add_argument("--jobs", type=_jobs, default=None, help="--power: arms at once per gate run")
     t.add_argument("--out", default=None, help="--power: also write the Markdown table here")
     t.set_defaults(fn=_selftest)
 
@@ -270,6 +280,9 @@ def _glue_refs(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gates.procs import Terminated, own_children
+
+    own_children()  # SIGTERM/SIGHUP unwind like Ctrl-C; no engine process outlives the runner
     try:
         args = parser().parse_args(_glue_refs(sys.argv[1:] if argv is None else argv))
     except SystemExit as e:  # argparse: usage errors are bad input too
@@ -279,9 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as e:
         print(f"gates: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print("\ngates: interrupted; finished arms are kept in the cache", file=sys.stderr)
-        return 130
+        return 143 if isinstance(e, Terminated) else 130
     finally:
         from gates.refs import release
 

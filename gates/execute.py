@@ -14,7 +14,6 @@ import json
 import os
 import queue
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gates.contract import REPLY_KEYS, engine_args
+from gates.procs import forget, kill, spawn
 from gates.results import ArmRun, Status
 from gates.store import Store
 
@@ -57,15 +57,8 @@ def _run(
     """Run a command in its own process group; kill the group on timeout.
 
     Returns (exit code or None on timeout, stdout, stderr) (text only for pipes)."""
-    proc = subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=env,
-        stdout=stdout,
-        stderr=stderr,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-        text=True,
+    proc = spawn(
+        argv, cwd=cwd, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, text=True
     )
     if live is not None:
         live.add(proc)
@@ -77,13 +70,9 @@ def _run(
         out, err = proc.communicate()
         return None, out or "", err or ""
     finally:
+        forget(proc)
         if live is not None:
             live.discard(proc)
-
-
-def kill(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def base_env(worktree: Path, backend: str, flags: dict[str, str], cache: Path) -> dict[str, str]:

@@ -214,7 +214,10 @@ def _read(p: Path) -> dict[Any, Any]:
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise BadInput(f"{p}: not valid YAML: {e}") from None
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        why = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise BadInput(f"{p}: not valid YAML{where}: {why}") from None
     if not isinstance(raw, dict):
         raise fail(p, "(top level)", "a mapping", raw)
     for k in raw:

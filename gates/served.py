@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from gates.contract import REPLY_KEYS, SERVE_CHOICE_KEYS, engine_args
-from gates.execute import ArmJob, kill, tail
+from gates.execute import ArmJob, tail
+from gates.procs import forget, kill, spawn
 from gates.results import ArmRun
 
 CLIENT_VERSION = 2  # in a served arm's store key: bump when the client's mapping changes
@@ -74,14 +75,13 @@ def _start(
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = device
     with open(err_path, "w") as ef:
-        proc = subprocess.Popen(
+        proc = spawn(
             argv,
             cwd=job.worktree,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=ef,
-            start_new_session=True,
         )
     if live is not None:
         live.add(proc)
@@ -251,6 +251,7 @@ def _stop(proc: subprocess.Popen, live: set[subprocess.Popen] | None) -> None:
                 kill(proc)
                 proc.wait()
     finally:
+        forget(proc)
         if live is not None:
             live.discard(proc)
 

@@ -52,12 +52,50 @@ def against_capabilities(m: Matrix, caps: list[dict[str, Any]]) -> None:
                 for i, v in enumerate(g.drafters):
                     if v not in known:
                         raise _refuse(m, f"gates[{gi}].{g.kind}.drafter[{i}]", axis, v, known)
+    within_limits(m, caps)
     env = _known(caps, "env_flags")
     for i, flags in enumerate(m.axes["flags"]):
         for name in flags:
             if env is not None and name not in env:
                 key = m.keys.get("flags", "flags")
                 raise _refuse(m, f"{key}[{i}].{name}", "ENGINE_* flag", name, env or {"(none)"})
+
+
+def _lane_values(m: Matrix) -> list[tuple[str, Any]]:
+    """(key, value) of every lane count the matrix asks for."""
+    axis = m.keys.get("parallel", "parallel")
+    out = [
+        (f"{axis}[{i}]" if axis.startswith("axes.") else axis, v)
+        for i, v in enumerate(m.axes["parallel"])
+    ]
+    for gi, g in enumerate(m.gates):
+        out += [
+            (f"gates[{gi}].where.parallel[{i}]", v)
+            for i, v in enumerate(g.where.get("parallel", []))
+        ]
+        if g.vary == "parallel":
+            out += [(f"gates[{gi}].{g.kind}.values[{i}]", v) for i, v in enumerate(g.values or ())]
+        if "parallel" in g.override:
+            out.append((f"gates[{gi}].{g.kind}.parallel", g.override["parallel"]))
+    speed = m.speed or {}
+    out += [(f"speed.parallel[{i}]", v) for i, v in enumerate(speed.get("parallel") or [])]
+    return out
+
+
+def within_limits(m: Matrix, caps: list[dict[str, Any]]) -> None:
+    """Raise BadInput for a lane count past what every engine takes (capabilities'
+    ``limits.parallel``, contract 5): refused before the first arm, not by each arm."""
+    tops = [c["limits"].get("parallel") for c in caps if isinstance(c.get("limits"), dict)]
+    tops = [t for t in tops if isinstance(t, int) and not isinstance(t, bool)]
+    if not tops:
+        return
+    top = max(tops)
+    for key, v in _lane_values(m):
+        if isinstance(v, int) and not isinstance(v, bool) and v > top:
+            raise BadInput(
+                f"{m.path}: {key}: {v} lanes, but the engines of base and head take at most "
+                f"{top} (capabilities limits.parallel)"
+            )
 
 
 def values_run_nowhere(m: Matrix, arms: list[ArmResult]) -> list[str]:

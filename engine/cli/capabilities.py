@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 
-from engine.config import DRAFTERS
+from engine.config import DRAFTERS, MAX_DRAFT_TOKENS, MAX_PARALLEL
 from engine.kv.codec import KV_DTYPES
 
 # 2: logit_hashes, cancel_after_rows, --virtual-clock, --trace
 # 3: "serve": what `engine serve` reads and returns (margins and logit_hashes per token)
 # 4: "backend_info": per backend, the device and library versions behind it (provenance)
 # 5: "architectures": the config.json architectures --model loads (Qwen3-MoE from here on)
-CONTRACT_VERSION = 5
+# 6: serve reads `stop` strings; refuses unknown fields (400), unknown models (404);
+#    "limits": the largest --parallel and --draft-tokens
+CONTRACT_VERSION = 6
 
 
 def serve_capabilities() -> dict:
@@ -74,6 +76,7 @@ def capabilities() -> dict:
         "serve": serve_capabilities(),
         "backend_info": backend_info(),
         "architectures": list(SUPPORTED_ARCHITECTURES),
+        "limits": {"parallel": MAX_PARALLEL, "draft_tokens": MAX_DRAFT_TOKENS},
     }
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.draft.base import Drafter, NoDrafter
+from engine.kv import budget
 from engine.kv.plan import PagePlan
 from engine.lanes import calibrate, policy
 from engine.lanes.clock import Clock, RealClock
@@ -51,14 +52,9 @@ class Engine:
         self.clock = clock or RealClock()
         self.drafter = drafter or NoDrafter()
         extra = self.drafter.max_tokens(cfg.draft_tokens)
+        self._check_memory(model, cfg, cfg.context + extra)
         self.plan = PagePlan(cfg.lanes, cfg.context + extra, cfg.page_rows, cfg.kv_pages)
-        self.kv = model.new_kv(
-            self.plan.total_pages,
-            cfg.page_rows,
-            cfg.kv,
-            lanes=cfg.lanes,
-            lane_rows=self.plan.per_lane * cfg.page_rows,
-        )
+        self.kv = self._new_kv(model, cfg)
         self.drafter.plan(self.plan, model)
         self.state = policy.PolicyState()
         self.waiting: list[Stream] = []  # submitted, not yet arrived
@@ -73,6 +69,31 @@ class Engine:
         self._ended: list[int] = []  # sids finished since the last event
         self.stats = {"prefill_tokens": 0, "decode_tokens": 0, "rounds": 0, "steps": 0}
         self._slowdown = calibrate.slowdown()  # ENGINE_CALIBRATE_SLOWDOWN; 0 = off
+
+    def _check_memory(self, model: Any, cfg: EngineConfig, rows: int) -> None:
+        """Refuse a plan whose KV memory cannot fit, before anything is allocated."""
+        if not hasattr(model, "config"):
+            return
+        lane_pages = -(-rows // cfg.page_rows)
+        pages = cfg.kv_pages if cfg.kv_pages > 0 else cfg.lanes * lane_pages
+        lane_rows = lane_pages * cfg.page_rows
+        self._need = budget.kv_bytes(
+            model.config, pages, cfg.page_rows, cfg.kv, cfg.lanes, lane_rows
+        )
+        free = getattr(getattr(model, "ops", None), "memory_available", budget.host_available)
+        budget.check(self._need, free(), self._what(cfg))
+
+    @staticmethod
+    def _what(cfg: EngineConfig) -> str:
+        what = f"--context {cfg.context} --parallel {cfg.lanes} --kv {cfg.kv}"
+        return what + (f" --kv-pages {cfg.kv_pages}" if cfg.kv_pages else "")
+
+    def _new_kv(self, model: Any, cfg: EngineConfig) -> Any:
+        pages, lane_rows = self.plan.total_pages, self.plan.per_lane * cfg.page_rows
+        try:
+            return model.new_kv(pages, cfg.page_rows, cfg.kv, lanes=cfg.lanes, lane_rows=lane_rows)
+        except MemoryError:  # the allocator disagreed with the estimate: still one line
+            raise budget.failed(getattr(self, "_need", None), self._what(cfg)) from None
 
     # ---- requests -------------------------------------------------------------------
     def submit(self, req: Request) -> Stream:

@@ -6,6 +6,7 @@ import json
 import mmap
 import struct
 from pathlib import Path
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -36,11 +37,19 @@ def read_header(path: Path) -> tuple[dict, int]:
         with open(path, "rb") as f:
             head = f.read(8)
             if len(head) < 8:
-                raise InputError(f"{path}: corrupt safetensors file (shorter than 8 bytes)")
+                raise InputError(
+                    f"{path}: truncated safetensors file: {len(head)} bytes, shorter than the "
+                    "8 bytes that give its header's size; download or convert the model again"
+                )
             (size,) = struct.unpack("<Q", head)
             file_size = path.stat().st_size
-            if size > file_size - 8 or size > 100_000_000:
+            if size > 100_000_000:
                 raise InputError(f"{path}: corrupt safetensors file (header size {size})")
+            if size > file_size - 8:
+                raise InputError(
+                    f"{path}: truncated safetensors file: {file_size} bytes, but its header "
+                    f"alone needs {8 + size}; download or convert the model again"
+                )
             header = json.loads(f.read(size))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: corrupt safetensors header ({exc})") from None
@@ -51,6 +60,25 @@ def read_header(path: Path) -> tuple[dict, int]:
     return header, 8 + size
 
 
+def _entry(path: Path, name: str, info: Any) -> Any:
+    """(dtype, shape, begin, end) of one header entry, checked against itself."""
+    if name == "__metadata__":
+        return None
+    try:
+        dtype = DTYPES[info["dtype"]]
+        shape = tuple(int(d) for d in info["shape"])
+        begin, end = (int(x) for x in info["data_offsets"])
+    except (KeyError, TypeError, ValueError):
+        raise InputError(f"{path}: corrupt entry for tensor '{name}'") from None
+    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if begin < 0 or end - begin != size or min(shape, default=0) < 0:
+        raise InputError(
+            f"{path}: corrupt header: tensor '{name}' ({info['dtype']} {list(shape)}) is "
+            f"{size} bytes, but its data_offsets {begin}..{end} span {end - begin}"
+        )
+    return dtype, shape, begin, end
+
+
 def load(path: str | Path) -> dict[str, np.ndarray]:
     """All tensors of one file, in their stored dtype, as read-only arrays."""
     path = Path(path)
@@ -58,22 +86,17 @@ def load(path: str | Path) -> dict[str, np.ndarray]:
     data_size = path.stat().st_size - start
     with open(path, "rb") as f:
         buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if data_size else b""
+    entries = {name: _entry(path, name, info) for name, info in header.items()}
+    entries.pop("__metadata__", None)
+    needed = max((end for _, _, _, end in entries.values()), default=0)
+    if needed > data_size:
+        raise InputError(
+            f"{path}: truncated safetensors file: {start + data_size} bytes, but its header "
+            f"places tensor data up to byte {start + needed}; download or convert the model again"
+        )
     out: dict[str, np.ndarray] = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype = DTYPES[info["dtype"]]
-            shape = tuple(int(d) for d in info["shape"])
-            begin, end = (int(x) for x in info["data_offsets"])
-        except (KeyError, TypeError, ValueError):
-            raise InputError(f"{path}: corrupt entry for tensor '{name}'") from None
+    for name, (dtype, shape, begin, _) in entries.items():
         count = int(np.prod(shape, dtype=np.int64))
-        if end - begin != count * dtype.itemsize or begin < 0 or end > data_size:
-            raise InputError(
-                f"{path}: tensor '{name}' has {end - begin} bytes, expected "
-                f"{count * dtype.itemsize} within {data_size} (truncated or corrupt file)"
-            )
         out[name] = np.frombuffer(buf, dtype=dtype, count=count, offset=start + begin).reshape(
             shape
         )

@@ -356,6 +356,10 @@ class CupyOps:
 
         return decode_step(model, segments, kv, taps)
 
+    def memory_available(self) -> int:
+        """Free device memory: where this backend's KV cache lives (engine/kv/budget.py)."""
+        return int(cp.cuda.runtime.memGetInfo()[0])
+
     def new_kv(self, *shape_and_kind: object, **kw: object) -> object:
         from engine.ops.cupy_kv import CupyKV
 

@@ -4,72 +4,67 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from engine.cli.common import token_sha
 from engine.cli.replies import rounded
 from engine.errors import InputError
 from engine.lanes.request import Request, parse_request
-from engine.lanes.stream import Stream
+from engine.serve import schema
+from engine.serve.worker import Done
 
 FINISH = {"stop": "stop", "length": "length", "cancelled": "stop", "error": "error"}
 
-# What the server reads and writes (capabilities' "serve", docs/contract.md version 3).
+# What the server reads and writes (capabilities' "serve", docs/contract.md version 5).
 REQUEST_KEYS = (
     "model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "seed",
-    "stream", "stop_ids", "priority", "draft", "ignore_eos",
+    "stream", "stop", "stop_ids", "priority", "draft", "ignore_eos",
 )  # fmt: skip
 CHOICE_KEYS = ("token_ids", "margins", "logit_hashes")  # per token, in every choice and chunk
 REPLY_KEYS = ("token_sha", "drafted", "accepted")  # a reply's top level and a stream's last chunk
 
 
-class Unsupported(InputError):
-    """An OpenAI field this server does not implement: refused, never ignored."""
-
-    def __init__(self, param: str, message: str) -> None:
-        super().__init__(message)
-        self.param = param
-
-
-def _refuse_unsupported(body: dict[str, Any]) -> None:
-    if body.get("n", 1) not in (1, None):
-        raise Unsupported("n", "field 'n': only n = 1 is supported")
-    if body.get("best_of", 1) not in (1, None):
-        raise Unsupported("best_of", "field 'best_of': only 1 is supported")
-    for key in ("logprobs", "top_logprobs", "echo", "suffix", "tools", "functions", "logit_bias"):
-        if body.get(key) not in (None, False, 0):
-            raise Unsupported(key, f"field '{key}' is not supported by this server")
-    if body.get("stop") not in (None, [], ""):
-        raise Unsupported("stop", "field 'stop': stop strings are not supported; use stop_ids")
+@dataclass
+class Parsed:
+    request: Request
+    stream: bool
+    stops: list[str]
 
 
-def to_request(body: Any, chat: bool, tokenizer: Any) -> tuple[Request, bool]:
-    """An engine Request from an OpenAI body; also whether the client wants a stream."""
-    if not isinstance(body, dict):
-        raise InputError("request body: expected a JSON object")
-    _refuse_unsupported(body)
+def to_request(body: Any, chat: bool, tokenizer: Any, model: str) -> Parsed:
+    """An engine Request from an OpenAI body (``schema.Invalid`` for a bad one)."""
+    given = schema.validate(body, chat, model)
     fields: dict[str, Any] = {"id": uuid.uuid4().hex[:16]}
     if chat:
-        fields["messages"] = body.get("messages")
+        fields["messages"] = given["messages"]
+    elif isinstance(given["prompt"], list):
+        fields["prompt_ids"] = given["prompt"]
     else:
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and all(isinstance(i, int) for i in prompt):
-            fields["prompt_ids"] = prompt
-        elif isinstance(prompt, str):
-            fields["prompt"] = prompt
-        else:
-            raise InputError("field 'prompt': expected a string or a list of token ids")
+        fields["prompt"] = given["prompt"]
     for key in ("temperature", "seed", "priority", "draft", "stop_ids", "ignore_eos"):
-        if key in body and body[key] is not None:
-            fields[key] = body[key]
-    limit = body.get("max_completion_tokens", body.get("max_tokens", 16))
-    fields["max_tokens"] = limit
-    stream = bool(body.get("stream", False))
-    return parse_request(fields, "request body", tokenizer), stream
+        if key in given:
+            fields[key] = given[key]
+    fields["max_tokens"] = given.get("max_completion_tokens", given.get("max_tokens", 16))
+    stop = given.get("stop", [])
+    stops = [x for x in ([stop] if isinstance(stop, str) else stop) if x]
+    if stops and tokenizer is None:
+        raise schema.Invalid("field 'stop': stop strings need the model's tokenizer", "stop")
+    try:
+        request = parse_request(fields, "request body", tokenizer)
+    except InputError as exc:
+        raise schema.Invalid(str(exc), None) from None
+    return Parsed(request, bool(given.get("stream", False)), stops)
 
 
-def completion(s: Stream, tokenizer: Any, chat: bool, model: str) -> dict[str, Any]:
-    text = tokenizer.decode(s.generated) if tokenizer else ""
+def final_text(s: Done, tokenizer: Any) -> str:
+    if s.text is not None:
+        return s.text
+    return tokenizer.decode(s.generated) if tokenizer else ""
+
+
+def completion(s: Done, tokenizer: Any, chat: bool, model: str) -> dict[str, Any]:
+    text = final_text(s, tokenizer)
     choice: dict[str, Any] = {"index": 0, "finish_reason": FINISH[s.finish_reason]}
     if chat:
         choice["message"] = {"role": "assistant", "content": text}
@@ -111,7 +106,7 @@ def chunk(
     bits: Any,
     chat: bool,
     model: str,
-    end: Stream | None = None,
+    end: Done | None = None,
 ) -> dict[str, Any]:
     """One SSE event: the new tokens (``bits``: a worker Chunk, or None for the last event)
     with their margins and logit hashes; the last event (``end``: the finished stream)

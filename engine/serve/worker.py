@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.lanes.engine import Engine
 from engine.lanes.request import Request
 from engine.lanes.stream import Stream
+from engine.serve.stops import StopScan
 
 
 @dataclass
@@ -23,10 +25,42 @@ class Chunk:
 
 
 @dataclass
+class Done:
+    """A finished request as the server replies it: a stream's fields, its tokens cut at a
+    stop string (``text``: the text before it; None: decode the tokens)."""
+
+    req: Request
+    generated: list[int]
+    margins: list[float]
+    logit_hashes: list[str]
+    finish_reason: str
+    prompt_len: int
+    drafted: int
+    accepted: int
+    error: str | None = None
+    error_code: str | None = None
+    text: str | None = None
+
+    @classmethod
+    def of(cls, s: Stream, cut: tuple[int, str] | None = None) -> Done:
+        k = cut[0] if cut else len(s.generated)
+        reason = "stop" if cut else str(s.finish_reason)
+        return cls(
+            s.req, s.generated[:k], s.margins[:k], s.logit_hashes[:k], reason, s.prompt_len,
+            s.drafted, s.accepted, s.error, s.error_code, cut[1] if cut else None,
+        )  # fmt: skip
+
+
+@dataclass
 class Ticket:
     request: Request
-    updates: queue.Queue = field(default_factory=queue.Queue)  # Chunks, then the Stream
+    stop: StopScan | None = None
+    updates: queue.Queue = field(default_factory=queue.Queue)  # Chunks, then a Done
+    post: Callable[[Any], None] | None = None  # None: put on ``updates``
     stream: Stream | None = None
+
+    def send(self, item: Chunk | Done) -> None:
+        (self.post or self.updates.put)(item)
 
 
 METRICS_KEYS = (
@@ -53,8 +87,13 @@ class EngineWorker:
         self.inbox.put(None)
         self.thread.join(timeout=10)
 
-    def submit(self, request: Request) -> Ticket:
-        ticket = Ticket(request)
+    def submit(
+        self,
+        request: Request,
+        stop: StopScan | None = None,
+        post: Callable[[Any], None] | None = None,
+    ) -> Ticket:
+        ticket = Ticket(request, stop=stop, post=post)
         self.inbox.put(("submit", ticket))
         return ticket
 
@@ -85,18 +124,24 @@ class EngineWorker:
             self.engine.cancel(ticket.request.id)
 
     def _publish(self) -> None:
-        for sid, ticket in list(self.tickets.items()):
-            s = ticket.stream
+        """New tokens of the streams the last action touched (live or just finished): the
+        thousands of queued ones cost nothing here."""
+        for s in [*self.engine.live, *self.engine.finished]:
+            sid = s.sid
+            ticket = self.tickets.get(sid)
+            if ticket is None:
+                continue
             start = self.sent[sid]
-            new = s.generated[start:]
-            if new:
-                self.sent[sid] += len(new)
-                end = start + len(new)
-                ticket.updates.put(
-                    Chunk(list(new), s.margins[start:end], s.logit_hashes[start:end])
-                )
-            if s.done:
-                ticket.updates.put(s)
+            cut = ticket.stop.cut(s.generated) if ticket.stop and not s.error else None
+            if cut:
+                self.engine.cancel(ticket.request.id)  # acted on before the next action
+            end = cut[0] if cut else len(s.generated)
+            if end > start:
+                self.sent[sid] = end
+                ticket.send(Chunk(s.generated[start:end], s.margins[start:end],
+                                  s.logit_hashes[start:end]))  # fmt: skip
+            if s.done or cut:
+                ticket.send(Done.of(s, cut))
                 del self.tickets[sid], self.sent[sid]
 
     def _loop(self) -> None:

@@ -205,8 +205,8 @@ PLANTS: tuple[Plant, ...] = (
         "serve worker: tokens of a stream's last step are not published (streams lose them)",
         (
             SERVE_WORKER,
-            "            new = s.generated[start:]\n",
-            "            new = [] if s.done else s.generated[start:]\n",
+            "            end = cut[0] if cut else len(s.generated)\n",
+            "            end = start if s.done else (cut[0] if cut else len(s.generated))\n",
         ),
     ),
     *ROUND2,

@@ -17,17 +17,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gates.procs import forget, kill, spawn
+
 
 class SampleError(Exception):
     def __init__(self, status: str, reason: str) -> None:
         super().__init__(reason)
         self.status, self.reason = status, reason
-
-
-def _pin(cpu: int | None):  # type: ignore[no-untyped-def]
-    if cpu is None or not hasattr(os, "sched_setaffinity"):
-        return None
-    return lambda: os.sched_setaffinity(0, {cpu})
 
 
 class Worker:
@@ -39,14 +35,14 @@ class Worker:
         self.timeout = timeout
         self._buf = b""
         self._err = tempfile.TemporaryFile()  # noqa: SIM115 (a pipe could fill and stall it)
-        self.proc = subprocess.Popen(
+        self.proc = spawn(
             argv,
+            cpu=cpu,
             cwd=cwd,
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._err,
-            preexec_fn=_pin(cpu),
         )
         self.header: dict[str, Any] = {}
 
@@ -74,8 +70,9 @@ class Worker:
 
     def close(self) -> None:
         if self.proc.poll() is None:
-            self.proc.kill()
+            kill(self.proc)
         self.proc.wait()
+        forget(self.proc)
         for f in (self.proc.stdin, self.proc.stdout, self._err):
             if f:
                 f.close()

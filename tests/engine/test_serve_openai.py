@@ -4,7 +4,6 @@ the OpenAI error a client sees for a prompt past the context."""
 
 from __future__ import annotations
 
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -14,7 +13,8 @@ from engine.config import EngineConfig
 from engine.lanes.engine import Engine
 from engine.lanes.request import Request
 from engine.model.loader import load_model
-from engine.serve.httpd import Server
+from engine.serve.app import Settings
+from engine.serve.runner import HttpServer
 from engine.serve.worker import EngineWorker
 
 openai = pytest.importorskip("openai")
@@ -32,11 +32,9 @@ def model():
 def served(model):
     worker = EngineWorker(Engine(model, EngineConfig(parallel=8, kv_pages=256)))
     worker.start()
-    srv = Server(("127.0.0.1", 0), worker, None, "tiny-qwen3")
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}/v1", worker
-    srv.shutdown()
-    srv.server_close()
+    srv = HttpServer(Settings(worker, None, "tiny-qwen3"), "127.0.0.1", 0)
+    yield srv.start() + "/v1", worker
+    srv.stop()
     worker.stop()
 
 
