@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # One device call for the cupy backend, head against a base tree, everything in one run:
 #   bench/cupy_round.sh BASE_DIR OUT_DIR [--transformers]
-# 1. the cupy tests of the head (tests/engine/test_cupy_backend.py, tests/conformance -k cupy);
+# 1. the cupy tests of the head (tests/engine/test_cupy_backend.py, tests/conformance -k cupy),
+#    beside step 2 (neither depends on timing);
 # 2. replies of base and head through `python -m engine run` (bench/exact_cli.py, serial and
 #    --parallel 8, bf16 and fp8, synthetic:qwen3-0.6b): head == serial, and head == base
 #    (ids, margins, logit hashes, finish reasons);
 # 3. bench/cupy_speed.py, base then head (and compiled transformers with --transformers);
 # 4. `python -m engine bench --backend cupy --parallel 1,8`, base then head, on the tiny
 #    fixture and on synthetic:qwen3-0.6b.
+# 5. with ROUND_PARTS=1, bench/cupy_rounds.py on the head: a bench run's actions and parts.
 # HEAD_ENV (e.g. ENGINE_CUPY_TILE_CALLS=1) is set for every head-side command.
 # Logs and JSON go to OUT_DIR; a short table is printed last.
 set -u
@@ -22,17 +24,29 @@ mkdir -p "$OUT"
 t0=$(date +%s)
 lap() { echo "[$(($(date +%s) - t0)) s] $*"; }
 
-env $HEAD_ENV python3 -m pytest -q -p no:cacheprovider tests/engine/test_cupy_backend.py tests/conformance \
-    -k cupy >"$OUT/tests.log" 2>&1
-lap "tests rc=$?: $(tail -1 "$OUT/tests.log")"
+python3 -c "from engine.model import synthetic; synthetic.resolve('$M')"  # made once, before any reader
+lap "synthetic weights ready"
 
+# the tests and both sides' replies do not depend on timing: they run side by side
+env $HEAD_ENV python3 -m pytest -q -p no:cacheprovider tests/engine/test_cupy_backend.py \
+    tests/engine/test_cupy_options.py tests/conformance -k cupy >"$OUT/tests.log" 2>&1 &
+tests=$!
+pids=()
 for side in base head; do
     dir=$BASE; senv=ENGINE_ROUND_SIDE=base
     [ $side = head ] && dir=$HEAD && senv=$HEAD_ENV
     (cd "$dir" && env $senv python3 bench/exact_cli.py --model $M --backend cupy --out /tmp/exact-$side \
-        --arms parallel8) >"$OUT/exact-$side.log" 2>&1
-    lap "exact $side rc=$?: $(grep -c 'serial: yes' "$OUT/exact-$side.log") arms == serial"
+        --arms parallel8) >"$OUT/exact-$side.log" 2>&1 &
+    pids+=($!)
 done
+for side in 0 1; do
+    wait "${pids[$side]}"
+    rc=$?
+    name=$([ $side = 0 ] && echo base || echo head)
+    lap "exact $name rc=$rc: $(grep -c 'serial: yes' "$OUT/exact-$name.log") arms == serial"
+done
+wait $tests
+lap "tests rc=$?: $(tail -1 "$OUT/tests.log")"
 python3 - <<'EOF' >"$OUT/exact-cross.log" 2>&1
 import json, pathlib
 keys = ("ids", "margins", "logit_hashes", "finish_reason")
@@ -69,6 +83,15 @@ for model in fixtures/models/tiny-qwen3 $M; do
         lap "bench $tag $side rc=$?"
     done
 done
+
+if [ -n "${ROUND_PARTS:-}" ]; then  # ROUND_PARTS=1: where the head's bench rounds go
+    for extra in "" "--prompt-tokens 64"; do
+        tag=rounds$(echo "$extra" | tr -dc 0-9)
+        env $HEAD_ENV python3 bench/cupy_rounds.py --model $M --parallel 1 8 $extra \
+            --json "$OUT/$tag.json" >"$OUT/$tag.log" 2>&1
+        lap "cupy_rounds $extra rc=$?"
+    done
+fi
 
 python3 - "$OUT" <<'EOF'
 import json, pathlib, sys

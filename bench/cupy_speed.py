@@ -48,12 +48,9 @@ def ours(
 
     from engine.model.loader import load_model
     from engine.model.qwen3 import Segment
-    from engine.ops.cupy_graph import decode_step
-
-    step_fn = decode_step if graph else (lambda m, segs, kv: m.forward(segs, kv))
 
     model = _cached_model(spec, load_model)
-    model.ops.graphs = graph  # the forward asks ops.decode_step first; eager: it answers None
+    model.ops.graphs = graph  # the forward takes a graph where ops.run_graph gives one
     page_rows = 16
     per_lane = -(-(context + steps + 1) // page_rows)
     kv = model.new_kv(streams * per_lane, page_rows, kind, lanes=streams)
@@ -76,13 +73,13 @@ def ours(
             for i in range(streams)
         ]
         t = time.perf_counter()
-        step_fn(model, segs, kv)  # logits come back to the host: synchronous
+        model.forward(segs, kv)  # logits come back to the host: synchronous
         times.append(time.perf_counter() - t)
     step = float(np.median(times[2:])) * 1e3
     dense = model.layers[0].moe is None
     extra = {} if graph or not dense else breakdown(model, kv, lanes, context, streams)
     if graph:
-        g = kv.__dict__["_decode_graphs"][id(model), model.ops.row_tile]
+        g = model.ops.step_graph(kv, ("step", id(model), model.ops.row_tile))
         extra["replay_ms"] = g.replay_ms()
     return {
         **extra,

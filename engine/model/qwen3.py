@@ -264,11 +264,95 @@ def build(config: ModelConfig, tensors: dict[str, np.ndarray], ops: Ops) -> Qwen
     )
 
 
+def _trunk(
+    model: Qwen3,
+    ids: Array,
+    cos: Array,
+    sin: Array,
+    attend_at: Callable[[int], Attend],
+    taps: tuple[int, ...] = (),
+) -> tuple[Array, dict[int, Array]]:
+    """Embedding, every decoder layer (`attend_at(li)`: layer li's attention) and the final
+    norm of the rows `ids`: the final hidden rows, and the residual rows of the tapped layers."""
+    cfg, ops = model.config, model.ops
+    x = ops.embed(model.embed, ids)
+    tapped: dict[int, Array] = {}
+    h = ops.rms_norm(x, model.layers[0].in_norm, cfg.rms_norm_eps) if model.layers else None
+    for li, layer in enumerate(model.layers):
+        x, h = decoder_block(cfg, ops, layer, x, h, cos, sin, attend_at(li), next_norm(model, li))
+        if li in taps:
+            tapped[li] = x
+    final = h if h is not None else ops.rms_norm(x, model.norm, cfg.rms_norm_eps)
+    return final, tapped
+
+
+def _fixed_body(model: Qwen3, kv: KVMemory, dev: dict[str, Array]) -> tuple[Array, Array]:
+    """A fixed-shape step over device inputs (graph_step's): logits and final rows of all."""
+
+    def attend_at(li: int) -> Attend:
+        return lambda q, k, v: kv.store_attend_fixed(li, dev, q, k, v)
+
+    final, _ = _trunk(model, dev["ids"], dev["cos"], dev["sin"], attend_at)
+    return model.ops.linear(final, model.lm_head), final
+
+
+def graph_step(
+    model: Qwen3, segments: list[Segment], kv: KVMemory, taps: tuple[int, ...] = ()
+) -> list[SegmentOut] | None:
+    """The forward of a step through the backend's captured graphs (`ops.run_graph`), or
+    None where it takes none: taps, more rows than `ops.graph_rows`, a sparse MLP the graph
+    cannot take, a KV memory with no fixed-shape steps. The step runs at its row count
+    rounded up to the row tile (one graph per count); padded rows touch no stream's pages,
+    and logits of every row are computed, those asked for kept (a row's linear bits do not
+    depend on its tile-mates). The body is the eager forward's, so the bits are too."""
+    ops, cfg = model.ops, model.config
+    tile = ops.row_tile
+    total = sum(len(s.tokens) for s in segments)
+    rows = max(1, -(-total // tile)) * tile
+    if taps or not segments or not ops.graph_rows or rows > max(tile, ops.graph_rows):
+        return None
+    if any(lay.moe is not None and not ops.moe_in_graph(lay.moe) for lay in model.layers):
+        return None
+    if any(s.start + len(s.tokens) > cfg.max_position_embeddings for s in segments):
+        return None  # the eager forward says what is wrong
+    kvsegs = [KVSegment(s.lane, s.pages, s.start, len(s.tokens)) for s in segments]
+    placed = kv.fixed_rows(kvsegs, rows)
+    if placed is None:
+        return None
+    ids = np.zeros(rows, dtype=np.int64)
+    pos = np.zeros(rows, dtype=np.int64)
+    ids[:total] = np.concatenate([s.tokens for s in segments])
+    pos[:total] = np.concatenate([s.start + np.arange(len(s.tokens)) for s in segments])
+    inputs = {"ids": ids, "cos": model.cos[pos], "sin": model.sin[pos]}
+    if set(inputs) & set(placed):
+        raise ValueError(f"graph_step: KV input names {sorted(placed)} clash with the model's")
+    need, bounds, a = [], [0], 0
+    for s in segments:
+        need.extend(a + int(j) for j in np.asarray(s.logit_rows, dtype=np.int64))
+        bounds.append(len(need))
+        a += len(s.tokens)
+    out = ops.run_graph(kv, ("step", id(model), rows), {**inputs, **placed},
+                        lambda owner, dev: _fixed_body(model, owner, dev),
+                        np.asarray(need, dtype=np.int64))  # fmt: skip
+    if out is None:
+        return None
+    lg, hid = out
+    return [
+        SegmentOut(
+            logits=lg[lo:hi] if hi > lo else None,
+            hidden=hid[lo:hi],
+            taps={},
+            start=s.start,
+        )
+        for s, lo, hi in zip(segments, bounds[:-1], bounds[1:], strict=True)
+    ]
+
+
 def forward(
     model: Qwen3, segments: list[Segment], kv: KVMemory, taps: tuple[int, ...] = ()
 ) -> list[SegmentOut]:
     cfg, ops = model.config, model.ops
-    fused = ops.decode_step(model, segments, kv, taps)
+    fused = graph_step(model, segments, kv, taps)
     if fused is not None:
         return fused
     ids = np.concatenate([s.tokens for s in segments]).astype(np.int64)
@@ -281,18 +365,11 @@ def forward(
     bounds = np.cumsum([0] + [len(s.tokens) for s in segments])
     rows = [KVSegment(s.lane, s.pages, s.start, len(s.tokens)) for s in segments]
     cos, sin = ops.asarray(model.cos[positions]), ops.asarray(model.sin[positions])
-    x = ops.embed(model.embed, ids)
-    tapped: dict[int, Array] = {}
-    h = ops.rms_norm(x, model.layers[0].in_norm, cfg.rms_norm_eps) if model.layers else None
-    for li, layer in enumerate(model.layers):
 
-        def attend(q: Array, k: Array, v: Array, li: int = li) -> Array:
-            return kv.store_attend(li, rows, positions, q, k, v)
+    def attend_at(li: int) -> Attend:
+        return lambda q, k, v: kv.store_attend(li, rows, positions, q, k, v)
 
-        x, h = decoder_block(cfg, ops, layer, x, h, cos, sin, attend, next_norm(model, li))
-        if li in taps:
-            tapped[li] = x
-    final = h if h is not None else ops.rms_norm(x, model.norm, cfg.rms_norm_eps)
+    final, tapped = _trunk(model, ids, cos, sin, attend_at, taps)
     results = []
     for si, seg in enumerate(segments):
         rows = int(bounds[si]) + np.asarray(seg.logit_rows, dtype=np.int64)

@@ -24,8 +24,9 @@ def get_ops(name: str) -> Ops:
         if problem:
             raise InputError(f"--backend cupy: {problem}")
         from engine.ops.cupy_ops import CupyOps
+        from engine.ops.cupy_options import CupyOptions
 
-        return CupyOps()
+        return CupyOps(CupyOptions.from_environ())
     raise InputError(f"--backend: unknown backend '{name}' (choose from {', '.join(BACKENDS)})")
 
 

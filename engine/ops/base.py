@@ -6,6 +6,7 @@ are in the call, whatever its position among them, and however many there are.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -68,6 +69,18 @@ class KVMemory(Protocol):
         causal attention of q [N, Hq, D] over each segment's stored history."""
         ...
 
+    def fixed_rows(self, segments: list[KVSegment], rows: int) -> dict[str, np.ndarray] | None:
+        """Host arrays that place the segments' rows in a step of exactly `rows` rows (the
+        rest padding that touches no stream's pages), for `store_attend_fixed`; None where
+        this memory has no fixed-shape steps or the segments do not fit."""
+        ...
+
+    def store_attend_fixed(
+        self, layer: int, placed: dict[str, Array], q: Array, k: Array, v: Array
+    ) -> Array:
+        """store_attend for the rows `fixed_rows` placed (its arrays on the device)."""
+        ...
+
 
 class Ops(Protocol):
     name: str
@@ -116,9 +129,30 @@ class Ops(Protocol):
         where the backend has none (the forward then adds, then norms)."""
         ...
 
-    def decode_step(self, model: Any, segments: list[Any], kv: KVMemory, taps: tuple) -> Any:
-        """The whole forward of a step as one fused call (cupy: a replayed CUDA graph) with
-        the bits of the op-by-op forward, or None where the backend has none for it."""
+    @property
+    def graph_rows(self) -> int:
+        """The most rows a step may have to go through `run_graph` (0: the backend has no
+        captured steps)."""
+        ...
+
+    def run_graph(
+        self,
+        owner: object,
+        key: Hashable,
+        inputs: dict[str, np.ndarray],
+        body: Callable[[Any, dict[str, Array]], tuple[Array, ...]],
+        take: np.ndarray,
+    ) -> tuple[np.ndarray, ...] | None:
+        """Rows `take` of each output of body(owner, inputs on the device), on the host, run
+        as one fused call (cupy: a CUDA graph captured at the first call for (owner, key),
+        replayed after) with the bits of running body eagerly, or None where the backend has
+        none (the caller then runs eagerly). The inputs' shapes are fixed per key; the body
+        may read only them, owner and what the caller keeps alive; the backend keeps what it
+        captured no longer than owner."""
+        ...
+
+    def moe_in_graph(self, moe: Any) -> bool:
+        """Whether `run_graph` can take this sparse MLP (it runs all on the device)."""
         ...
 
     def new_kv(

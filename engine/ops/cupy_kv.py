@@ -19,6 +19,7 @@ from engine.kv import codec
 from engine.ops.base import KVSegment
 
 CODE_DTYPES = {"bf16": cp.uint16, "fp8": cp.uint8, "f32": cp.float32}
+KINDS = {"f32": 0, "bf16": 1, "fp8": 2}  # the code kind as the kernels take it
 
 
 class CupyKV:
@@ -42,7 +43,7 @@ class CupyKV:
         self.pages = pages
         self.lane_pages = max(1, -(-lane_rows // page_rows))  # the most pages one stream holds
         # slot = page * page_rows + row; one page more, `scratch`, takes the padded rows of a
-        # fixed-size step (cupy_graph.py), never a stream's
+        # fixed-shape step (`fixed_rows`), never a stream's
         self.scratch = pages
         shape = ((pages + 1) * page_rows, kv_heads, head_dim)
         dt = CODE_DTYPES[kind]
@@ -129,6 +130,38 @@ class CupyKV:
         meta = (ptab, poff, last, self.page_rows)
         return self.ops.attend(self.kind, q, self.k[layer], self.v[layer], ke, ve, meta)
 
+    def fixed_rows(self, segments: list[KVSegment], rows: int) -> dict[str, np.ndarray] | None:
+        """Host arrays that place a step's rows for a fixed shape of `rows` rows: each row's
+        slot, page list (rows * lane_pages, flat) and offset into it, and last visible
+        position; rows past the segments' are padding, written to the scratch page and
+        attending over it alone. None where a segment does not fit (the eager forward then
+        says what is wrong)."""
+        pr, lp = self.page_rows, self.lane_pages
+        slots = np.full(rows, self.scratch * pr, dtype=np.int64)
+        ptab = np.full((rows, lp), self.scratch, dtype=np.int32)
+        last = np.zeros(rows, dtype=np.int32)
+        i = 0
+        for seg in segments:
+            n, used = seg.count, -(-(seg.start + seg.count) // pr)
+            if not n or used > lp or used > len(seg.pages) or i + n > rows:
+                return None
+            pos = seg.start + np.arange(n)
+            pages = np.asarray(seg.pages[:used], dtype=np.int64)
+            ptab[i : i + n, :used] = pages
+            slots[i : i + n] = pages[pos // pr] * pr + pos % pr
+            last[i : i + n] = pos  # causal: a row sees keys up to its own position
+            i += n
+        poff = np.arange(rows, dtype=np.int32) * lp
+        return {"slots": slots, "ptab": ptab.reshape(-1), "poff": poff, "last": last}
+
+    def store_attend_fixed(self, layer: int, placed: dict[str, Any], q: Any, k: Any, v: Any) -> Any:
+        """store_attend for a step placed by `fixed_rows` (its arrays on the device)."""
+        self.store_kv(layer, k, v, placed["slots"])
+        ke = self.k_exp[layer] if self.k_exp else None
+        ve = self.v_exp[layer] if self.v_exp else None
+        meta = (placed["ptab"], placed["poff"], placed["last"], self.page_rows)
+        return self.ops.attend(self.kind, q, self.k[layer], self.v[layer], ke, ve, meta)
+
     def store_kv(self, layer: int, k: Any, v: Any, slots: Any) -> None:
         """`store` of k and of v [n, Hkv, D] into `slots` of `layer`, in one launch (the
         same bytes as two)."""
@@ -136,8 +169,6 @@ class CupyKV:
         n, hkv, d = k.shape
         if n == 0:
             return
-        from engine.ops.cupy_ops import KINDS
-
         ke = self.k_exp[layer] if self.k_exp else slots  # unread unless fp8
         ve = self.v_exp[layer] if self.v_exp else slots
         args = (
@@ -153,8 +184,6 @@ class CupyKV:
         n, hkv, d = x.shape
         if n == 0:
             return
-        from engine.ops.cupy_ops import KINDS
-
         args = (x, slots, codes, exps if exps is not None else slots, np.int32(KINDS[self.kind]))
         tail = (np.int32(hkv), np.int64(x.strides[0] // 4))
         self.ops.k["kv_store"]((n, hkv), (d,), (*args, *tail), shared_mem=d * 4)

@@ -17,7 +17,7 @@ Activations are float32 cupy arrays on the device.
 
 from __future__ import annotations
 
-import os
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,9 +27,15 @@ import ml_dtypes
 import numpy as np
 
 from engine.errors import EngineFailure
+from engine.ops import cupy_moe
+from engine.ops.cupy_blas import Cublas
+from engine.ops.cupy_graph import Body, StepGraph, StepGraphs
+from engine.ops.cupy_info import device_info
+from engine.ops.cupy_kv import KINDS, CupyKV
+from engine.ops.cupy_lanes import CupyLanes
+from engine.ops.cupy_options import CupyOptions
 
 F32 = cp.float32
-KINDS = {"f32": 0, "bf16": 1, "fp8": 2}
 _SOURCES = ("cupy_kernels.cu", "cupy_attend.cu", "cupy_moe.cu")  # one module, in this order
 ATTEND_HEAD_DIMS = (32, 64, 128, 256)  # attend_<kind>_<D> in cupy_kernels.cu
 
@@ -71,15 +77,14 @@ def _unit_cols(a: Any) -> Any:
 class CupyOps:
     name = "cupy"
 
-    def __init__(self, row_tile: int = 0, probe: bool = True) -> None:
-        from engine.ops.cupy_blas import Cublas
-        from engine.ops.cupy_info import device_info
-
+    def __init__(self, options: CupyOptions | None = None, probe: bool = True) -> None:
+        self.options = options or CupyOptions()
         # the tile changes which GEMM kernel runs, hence the bits: one value per deployment
-        self.row_tile = row_tile or int(os.environ.get("ENGINE_CUPY_ROW_TILE", "8"))
-        # plain decode steps replay one captured CUDA graph; ENGINE_CUPY_GRAPHS=0 runs them
+        self.row_tile = self.options.row_tile
+        # steps of up to graph_rows rows replay captured CUDA graphs; False runs them
         # eagerly (the same bits: tests/engine/test_cupy_backend.py)
-        self.graphs = os.environ.get("ENGINE_CUPY_GRAPHS", "1") != "0"
+        self.graphs = self.options.graphs
+        self._graphs = StepGraphs()
         self.probe = probe
         self._bf16: tuple[Any, Any] | None = None  # (y, its bf16 bits): see _bf16_out
         self.key_block = 0  # attention chunks are head_dim keys long (see the kernel)
@@ -270,8 +275,6 @@ class CupyOps:
     def expert_linear(self, x: Any, w: CupyWeight) -> Any:
         """A warp per output and row (cupy_moe.py), the dot product the fused MoE kernels
         use; the fixed-tile linear where the reduction does not fit that kernel."""
-        from engine.ops import cupy_moe
-
         if not cupy_moe.fits(w.k, w.n):
             return self.linear(x, w)
         return cupy_moe.gemv(self, x, w)
@@ -283,8 +286,6 @@ class CupyOps:
         """All on the device (cupy_moe.py: routing, then the experts at a fixed shape per
         (row, rank)), so decode graphs capture it; the host-routed engine/ops/moe.py path
         over expert_linear where the shapes do not suit the kernels."""
-        from engine.ops import cupy_moe
-
         if cupy_moe.usable(moe):
             return cupy_moe.moe_ffn(self, x, moe)
         from engine.ops.moe import moe_ffn
@@ -293,8 +294,6 @@ class CupyOps:
 
     def moe_route(self, logits: Any, k: int, norm: bool) -> tuple[Any, Any]:
         """Routing on the device (ids int32, weights float32), as moe_ffn routes."""
-        from engine.ops import cupy_moe
-
         return cupy_moe.route(self, logits, k, norm)
 
     def concat_rows(self, parts: list[Any]) -> Any:
@@ -347,25 +346,40 @@ class CupyOps:
     def attention_many(self, items: list[tuple]) -> list[Any]:
         return [self.attention(*item) for item in items]
 
-    def decode_step(self, model: Any, segments: list[Any], kv: Any, taps: tuple = ()) -> Any:
-        """A plain decode step through one replayed CUDA graph (cupy_graph.py), or None where
-        the step is not one: the forward then runs eagerly, with the same bits."""
+    @property
+    def graph_rows(self) -> int:
+        """The most rows a step may have to run as a replayed graph (0: graphs are off)."""
+        return self.options.graph_rows if self.graphs else 0
+
+    def run_graph(
+        self,
+        owner: Any,
+        key: Hashable,
+        inputs: dict[str, np.ndarray],
+        body: Body,
+        take: np.ndarray,
+    ) -> tuple[np.ndarray, ...] | None:
+        """Rows `take` of each output of body(owner, device copies of inputs), on the host,
+        through a CUDA graph captured at the first call for (owner, key) and replayed after
+        (cupy_graph.py); None where graphs are off (the caller runs eagerly, same bits)."""
         if not self.graphs:
             return None
-        from engine.ops.cupy_graph import decode_step
+        return self._graphs.run(owner, key, inputs, body, take)
 
-        return decode_step(model, segments, kv, taps)
+    def step_graph(self, owner: Any, key: Hashable) -> StepGraph | None:
+        """The graph run_graph keeps for (owner, key), for benchmarks (replay_ms)."""
+        return self._graphs.get(owner, key)
+
+    def moe_in_graph(self, moe: Any) -> bool:
+        """Whether this sparse MLP runs all on the device (routing too), so a graph takes it."""
+        return cupy_moe.usable(moe)
 
     def memory_available(self) -> int:
         """Free device memory: where this backend's KV cache lives (engine/kv/budget.py)."""
         return int(cp.cuda.runtime.memGetInfo()[0])
 
     def new_kv(self, *shape_and_kind: object, **kw: object) -> object:
-        from engine.ops.cupy_kv import CupyKV
-
         return CupyKV(self, *shape_and_kind, **kw)
 
     def new_lanes(self, layers: int, lanes: int, rows: int, kv_heads: int, head_dim: int) -> object:
-        from engine.ops.cupy_lanes import CupyLanes
-
         return CupyLanes(self, layers, lanes, rows, kv_heads, head_dim)

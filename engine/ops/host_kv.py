@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.errors import EngineFailure
 from engine.kv import codec
 from engine.kv.store import KVStore
 from engine.ops.base import KVSegment
@@ -86,3 +87,10 @@ class HostKV:
             asks.append((seg.lane, q[a:z], positions[a:z], seg.start + seg.count))
             a = z
         return self.ops.concat_rows(self.lanes.attend_many(layer, asks))
+
+    def fixed_rows(self, segments: list[KVSegment], rows: int) -> None:
+        """Host memories have no fixed-shape steps: every step runs through store_attend."""
+        return None
+
+    def store_attend_fixed(self, layer: int, placed: dict, q: Any, k: Any, v: Any) -> Any:
+        raise EngineFailure("host KV memory: no fixed-shape steps (fixed_rows gave none)")

@@ -147,8 +147,13 @@ class NumpyOps:
     def qk_norm_rope(self, *qkv_heads_norms_rope: object) -> None:
         return None  # not fused: the forward norms and ropes q and k op by op
 
-    def decode_step(self, model: object, segments: list, kv: object, taps: tuple) -> None:
-        return None  # no fused step: the forward runs op by op
+    graph_rows = 0  # no captured steps: the forward runs op by op
+
+    def run_graph(self, *owner_key_inputs_body: object) -> None:
+        return None
+
+    def moe_in_graph(self, moe: object) -> bool:
+        return False
 
     def new_kv(self, *shape_and_kind: object, **kw: object) -> object:
         from engine.ops.host_kv import HostKV

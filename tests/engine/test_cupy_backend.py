@@ -185,20 +185,26 @@ def test_graph_decode_equals_eager(tmp_path, monkeypatch, spec) -> None:  # type
     logits, hidden rows and KV bytes, for 1 and 3 streams, with the padded rows kept out of
     the streams' pages; the MoE model's steps go through graphs too (routing on the device)."""
     from engine.model.loader import load_model
-    from engine.model.qwen3 import Segment
-    from engine.ops.cupy_graph import decode_step
+    from engine.model.qwen3 import Segment, graph_step
 
     monkeypatch.setenv("ENGINE_SYNTHETIC_DIR", str(tmp_path))
     model = load_model(spec, "cupy")
-    model.ops.graphs = False  # model.forward eager; the graph only through decode_step below
+
+    def eager_and_graph(segs: list, kvs: list) -> tuple[list, list]:
+        model.ops.graphs = False  # model.forward eager
+        eager = model.forward(segs, kvs[0])
+        model.ops.graphs = True
+        graph = graph_step(model, segs, kvs[1])
+        assert graph is not None, "the step did not go through a graph"
+        return eager, graph
+
     rng = np.random.default_rng(3)
     for kind in ("bf16", "fp8"):
         kvs = [model.new_kv(24, 16, kind, lanes=3, lane_rows=128) for _ in range(2)]
         lanes = [[8 * i + j for j in range(8)] for i in range(3)]
         for i, n in enumerate((5, 17, 40)):  # prompt steps: graphs of 8, 24 and 40 rows
             seg = Segment(rng.integers(0, 512, n), 0, lanes[i], np.asarray([n - 1]), lane=i)
-            (eager,) = model.forward([seg], kvs[0])
-            (graph,) = decode_step(model, [seg], kvs[1])
+            (eager,), (graph,) = eager_and_graph([seg], kvs)
             assert eager.logits.tobytes() == graph.logits.tobytes()
             assert eager.hidden.tobytes() == graph.hidden.tobytes()
         starts = [5, 17, 40]
@@ -208,8 +214,7 @@ def test_graph_decode_equals_eager(tmp_path, monkeypatch, spec) -> None:  # type
                 Segment(rng.integers(0, 512, 1), starts[i], lanes[i], np.asarray([0]), lane=i)
                 for i in live
             ]
-            eager = model.forward(segs, kvs[0])
-            graph = decode_step(model, segs, kvs[1])
+            eager, graph = eager_and_graph(segs, kvs)
             for a, b in zip(eager, graph, strict=True):
                 assert a.logits.tobytes() == b.logits.tobytes()
                 assert a.hidden.tobytes() == b.hidden.tobytes()
@@ -224,10 +229,11 @@ def test_graph_decode_equals_eager(tmp_path, monkeypatch, spec) -> None:  # type
                 )
 
 
-def test_engine_with_graph_decode_equals_eager() -> None:
+def test_engine_with_graph_decode_equals_eager(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The lanes engine with decode steps through the CUDA graph (the default) replies as
     with every step eager (ENGINE_CUPY_GRAPHS=0), at 1 and 4 lanes, bf16 and fp8, greedy
     and sampled."""
+    from engine.model import qwen3
     from engine.model.loader import load_model
     from tests.conformance.conftest import TINY, mixed
     from tests.engine.conftest import run_requests
@@ -241,7 +247,7 @@ def test_engine_with_graph_decode_equals_eager() -> None:
     }
     model.ops.graphs = True
     hits = []
-    step = model.ops.decode_step
+    step = qwen3.graph_step
 
     def counted(*args, **kw):  # type: ignore[no-untyped-def]
         out = step(*args, **kw)
@@ -249,7 +255,7 @@ def test_engine_with_graph_decode_equals_eager() -> None:
             hits.append(len(out))
         return out
 
-    model.ops.decode_step = counted
+    monkeypatch.setattr(qwen3, "graph_step", counted)
     for run in runs:
         got = run_requests(model, reqs, context=320, parallel=run[0], kv=run[1])
         assert got == eager[run], f"parallel {run[0]} kv {run[1]}: graph != eager"

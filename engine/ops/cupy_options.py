@@ -1,0 +1,45 @@
+"""The cupy backend's knobs, typed and read once where the backend is made (get_ops).
+
+`CupyOptions.from_environ()` is the only place that reads ENGINE_CUPY_* from the
+environment; the backend and everything under it take the frozen object.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from engine.errors import InputError
+
+MAX_GRAPH_ROWS = 64  # the engine's default prompt step; steps of more rows run eagerly
+
+
+@dataclass(frozen=True)
+class CupyOptions:
+    """row_tile: the one row count every GEMM runs at (it picks the cuBLAS kernel, hence the
+    bits: one value per deployment). graphs: run steps of up to graph_rows rows as replayed
+    CUDA graphs (False: every step eagerly, with the same bits)."""
+
+    row_tile: int = 8
+    graphs: bool = True
+    graph_rows: int = MAX_GRAPH_ROWS
+
+    def __post_init__(self) -> None:
+        if self.row_tile < 1:
+            raise InputError(f"ENGINE_CUPY_ROW_TILE: must be >= 1, got {self.row_tile}")
+        if self.graph_rows < 0:
+            raise InputError(f"cupy options: graph_rows must be >= 0, got {self.graph_rows}")
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> CupyOptions:
+        """ENGINE_CUPY_ROW_TILE (a positive integer, default 8) and ENGINE_CUPY_GRAPHS
+        (1 or 0, default 1); a bad value is one InputError naming the variable."""
+        env = os.environ if environ is None else environ
+        tile = env.get("ENGINE_CUPY_ROW_TILE", "8").strip()
+        if not tile.isdigit() or int(tile) < 1:
+            raise InputError(f"ENGINE_CUPY_ROW_TILE: '{tile}' is not a positive integer")
+        graphs = env.get("ENGINE_CUPY_GRAPHS", "1").strip()
+        if graphs not in ("0", "1"):
+            raise InputError(f"ENGINE_CUPY_GRAPHS: '{graphs}' is not 0 or 1")
+        return cls(row_tile=int(tile), graphs=graphs == "1")
