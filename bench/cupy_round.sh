@@ -9,7 +9,8 @@
 # 3. bench/cupy_speed.py, base then head (and compiled transformers with --transformers);
 # 4. `python -m engine bench --backend cupy --parallel 1,8`, base then head, on the tiny
 #    fixture and on synthetic:qwen3-0.6b.
-# 5. with ROUND_PARTS=1, bench/cupy_rounds.py on the head: a bench run's actions and parts.
+# 5. with ROUND_PARTS=1, bench/cupy_rounds.py on the head: a bench run's actions and parts;
+#    with ROUND_HOST=1, bench/cupy_host.py on both sides: a step's host time by function.
 # HEAD_ENV (e.g. ENGINE_CUPY_TILE_CALLS=1) is set for every head-side command.
 # Logs and JSON go to OUT_DIR; a short table is printed last.
 set -u
@@ -63,14 +64,18 @@ print(f"head == base: {n - bad} of {n} replies")
 EOF
 lap "$(cat "$OUT/exact-cross.log")"
 
-for side in base head; do
+# SPEED_SIDES="head base head": another order (each side's later runs: speed-<side>-<i>.json)
+declare -A seen=()
+for side in ${SPEED_SIDES:-base head}; do
     [ -n "${ROUND_SKIP_SPEED:-}" ] && break  # ROUND_SKIP_SPEED=1: no cupy_speed.py
     dir=$BASE; senv=ENGINE_ROUND_SIDE=base
     extra=()
     [ $side = head ] && dir=$HEAD && senv=$HEAD_ENV && [ -n "$HF" ] && extra=(--transformers static)
+    seen[$side]=$((${seen[$side]:-0} + 1))
+    tag=$side$([ "${seen[$side]}" -gt 1 ] && echo "-${seen[$side]}")
     (cd "$dir" && env $senv python3 bench/cupy_speed.py --model $M --streams 1 8 --steps 32 "${extra[@]}" \
-        --json "$OUT/speed-$side.json") >"$OUT/speed-$side.log" 2>&1
-    lap "cupy_speed $side rc=$?"
+        --json "$OUT/speed-$tag.json") >"$OUT/speed-$tag.log" 2>&1
+    lap "cupy_speed $tag rc=$?"
 done
 
 for model in fixtures/models/tiny-qwen3 $M; do
@@ -83,6 +88,15 @@ for model in fixtures/models/tiny-qwen3 $M; do
         lap "bench $tag $side rc=$?"
     done
 done
+
+if [ -n "${ROUND_HOST:-}" ]; then  # ROUND_HOST=1: host time of a step by function, both sides
+    cp bench/cupy_host.py "$BASE/bench/cupy_host.py" 2>/dev/null
+    for side in base head; do
+        dir=$BASE; [ $side = head ] && dir=$HEAD
+        (cd "$dir" && python3 bench/cupy_host.py --model $M --streams 8) >"$OUT/host-$side.log" 2>&1
+        lap "cupy_host $side rc=$?: $(grep '===' "$OUT/host-$side.log" | tr '\n' ' ')"
+    done
+fi
 
 if [ -n "${ROUND_PARTS:-}" ]; then  # ROUND_PARTS=1: where the head's bench rounds go
     for extra in "" "--prompt-tokens 64"; do
@@ -97,8 +111,8 @@ python3 - "$OUT" <<'EOF'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
 print("cupy_speed (synthetic:qwen3-0.6b, context 512): step ms / replay ms")
-for side in ("base", "head"):
-    f = out / f"speed-{side}.json"
+for f in sorted(out.glob("speed-*.json")):
+    side = f.stem[len("speed-"):]
     if f.exists():
         for r in json.loads(f.read_text()):
             print(f"  {side} {r['engine']:<26} {r['streams']} streams  step {r['step_ms']:.3f}"
