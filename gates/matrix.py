@@ -107,10 +107,19 @@ class Matrix:
         """Every prompt set an arm may send: the prompts axis, then the gates' own."""
         names = list(self.axes["prompts"])
         for g in self.gates:
-            name = g.override.get("prompts")
-            if name is not None and name not in names:
-                names.append(name)
+            for asked in g.rule.asked():
+                if asked.axis == "prompts" and asked.value not in names:
+                    names.append(asked.value)
         return names
+
+    def column_axis(self) -> str | None:
+        """The axis shown as receipt columns: the matrix's choice, else kv if it varies."""
+        if self.scalars.get("columns"):
+            return self.scalars["columns"]
+        for axis in ("kv", "backend", "model", "prompts"):
+            if len(self.axes[axis]) > 1:
+                return axis
+        return None
 
     def points(self) -> list[dict[str, Any]]:
         """The cartesian product of the axes, as dicts, less the ``exclude`` patterns."""
@@ -303,10 +312,4 @@ def _scalars(p: Path, raw: dict[Any, Any]) -> dict[str, Any]:
 
 
 def column_axis(m: Matrix) -> str | None:
-    """The axis shown as receipt columns: the matrix's choice, else kv if it varies."""
-    if m.scalars.get("columns"):
-        return m.scalars["columns"]
-    for axis in ("kv", "backend", "model", "prompts"):
-        if len(m.axes[axis]) > 1:
-            return axis
-    return None
+    return m.column_axis()
