@@ -105,15 +105,18 @@ def _blocked(arms: tuple[Arm, ...], rows: Rows, results: Runs) -> Blocked | None
     return None
 
 
-def _blocked_fields(b: Blocked) -> dict[str, Any]:
-    return {
-        "status": b.status,
-        "reason": b.reason,
-        "stderr_tail": b.stderr_tail,
-        "blocked_arm": b.arm,
-        "arm_reason": b.arm_reason,
-        "ran_on_other_commit": b.ran_on_other_commit,
-    }
+def _blocked_entry(why: Blocked, column: str, **names: str) -> Comparison:
+    """The entry of a comparison or check that an arm stopped (``names``: its arms)."""
+    return Comparison(
+        column=column,
+        **names,
+        status=why.status,
+        reason=why.reason,
+        stderr_tail=why.stderr_tail,
+        blocked_arm=why.arm,
+        arm_reason=why.arm_reason,
+        ran_on_other_commit=why.ran_on_other_commit,
+    )
 
 
 def _comparison(
@@ -124,13 +127,14 @@ def _comparison(
     decode: equality.Decoder | None,
 ) -> Comparison:
     a_name, b_name = pair_names(c.a, c.b)
-    names = {"column": c.column, "a": c.a.id, "b": c.b.id, "a_name": a_name, "b_name": b_name}
+    names = {"a": c.a.id, "b": c.b.id, "a_name": a_name, "b_name": b_name}
     blocked = _blocked((c.a, c.b), rows, results)
     if blocked:
-        return Comparison(**names, **_blocked_fields(blocked))
+        return _blocked_entry(blocked, c.column, **names)
     dropped = {**rows[c.a].dropped, **rows[c.b].dropped}
     got = equality.compare(results[c.a], results[c.b], c.only_ids, requests, decode, dropped)
     return Comparison(
+        column=c.column,
         **names,
         status=Status.PASS if got.all_equal else Status.FAIL,
         matched=got.matched,
@@ -153,7 +157,7 @@ def _check(
     arms = (c.a, c.b) if isinstance(c, PairCheck) else (c.arm,)
     blocked = _blocked(arms, rows, results)
     if blocked:
-        return Comparison(column=c.column, arm=arms[-1].id, **_blocked_fields(blocked))
+        return _blocked_entry(blocked, c.column, arm=arms[-1].id)
     got = gate.rule.judge(c, results, sets)
     if got.ok is None:
         status, matched, total = Status.NOT_COMPARABLE, 0, 0

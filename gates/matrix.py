@@ -23,6 +23,7 @@ See docs/gates.md for every key.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -90,12 +91,35 @@ SPEED_DEFAULTS: dict[str, Any] = {
 }
 
 
-@dataclass
+@dataclass(frozen=True)
+class Scalars:
+    """The matrix's top-level numbers, validated (SCALARS: their types and defaults)."""
+
+    max_tokens: int = 16
+    context: int | None = None
+    pages: int = 256
+    page_rows: int | None = None
+    step_rows: int | None = None
+    draft_tokens: int | None = None
+    share: float | None = None
+    timeout: int = 900  # seconds an arm may run
+    columns: str | None = None  # the axis shown as receipt columns
+
+    def arm_keys(self) -> dict[str, int | float]:
+        """What every arm's config takes from them: the engine's own knobs that are set."""
+        return {
+            k: v
+            for k, v in dataclasses.asdict(self).items()
+            if k not in ("timeout", "columns") and v is not None
+        }
+
+
+@dataclass(frozen=True)
 class Matrix:
     path: Path
     name: str
     axes: dict[str, list[Any]]  # every axis in AXES, normalised, at least one value
-    scalars: dict[str, Any]
+    scalars: Scalars
     gates: list[Gate]
     speed: dict[str, Any] | None
     description: str = ""
@@ -114,8 +138,8 @@ class Matrix:
 
     def column_axis(self) -> str | None:
         """The axis shown as receipt columns: the matrix's choice, else kv if it varies."""
-        if self.scalars.get("columns"):
-            return self.scalars["columns"]
+        if self.scalars.columns:
+            return self.scalars.columns
         for axis in ("kv", "backend", "model", "prompts"):
             if len(self.axes[axis]) > 1:
                 return axis
@@ -293,8 +317,8 @@ def _shown(values: list[Any]) -> str:
     return ", ".join(str(v) for v in values)
 
 
-def _scalars(p: Path, raw: dict[Any, Any]) -> dict[str, Any]:
-    scalars: dict[str, Any] = {}
+def _scalars(p: Path, raw: dict[Any, Any]) -> Scalars:
+    scalars = {}
     for k, (typ, default) in SCALARS.items():
         v = raw.get(k, default)
         if typ is float and isinstance(v, int) and not isinstance(v, bool):
@@ -308,7 +332,7 @@ def _scalars(p: Path, raw: dict[Any, Any]) -> dict[str, Any]:
         scalars[k] = v
     if scalars["columns"] is not None and scalars["columns"] not in AXES:
         raise fail(p, "columns", f"an axis ({', '.join(AXES)})", scalars["columns"])
-    return scalars
+    return Scalars(**scalars)
 
 
 def column_axis(m: Matrix) -> str | None:

@@ -25,7 +25,7 @@ def build(m: Matrix, prompt_sets: dict[str, list[dict[str, Any]]]) -> Plan:
     """
     plan = Plan(
         m.points(),
-        m.scalars,
+        m.scalars.arm_keys(),
         m.drafter_models,
         m.column_axis(),
         hide={a: m.axes[a][0] for a in ("model", "backend", "prompts") if len(m.axes[a]) == 1},

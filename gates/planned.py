@@ -67,7 +67,7 @@ class Plan:
     """Filled by the gates' rules (gates/judge/kinds), from the matrix's points."""
 
     matrix_points: list[dict[str, Any]]  # the matrix's points, less its exclusions
-    scalars: dict[str, Any]  # the matrix's scalars (max_tokens, pages, ...)
+    arm_keys: dict[str, int | float]  # the matrix's scalars every arm takes (max_tokens, ...)
     drafter_models: dict[str, str]  # drafter -> its directory
     column_axis: str | None  # the axis shown as receipt columns
     arms: list[Arm] = field(default_factory=list)
@@ -101,14 +101,7 @@ class Plan:
     def config(self, point: dict[str, Any], **variant: Any) -> dict[str, Any]:
         """An arm's config: the point, the matrix's scalars, ``serial``, ``resumed`` and
         ``share`` (``variant``)."""
-        c = {
-            **point,
-            **{
-                k: v
-                for k, v in self.scalars.items()
-                if k not in ("timeout", "columns") and v is not None
-            },
-        }
+        c = {**point, **self.arm_keys}
         if c["drafter"] in self.drafter_models:
             c["drafter_model"] = self.drafter_models[c["drafter"]]
         if variant.get("share") is not None:
