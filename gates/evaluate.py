@@ -12,15 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from gates import plan
-from gates.checks import acceptance, equality, resources, schedule
+from gates.checks import equality
 from gates.matrix import Gate, Matrix
-from gates.plan import Arm, PairCheck, Plan, ResourceCheck, ScheduleCheck
+from gates.plan import Arm, Check, PairCheck, Plan
 from gates.results import (
     ORDER,
     ArmResult,
     ArmRun,
     Cell,
-    CheckOutcome,
     Comparison,
     GateResult,
     Status,
@@ -106,15 +105,18 @@ def _blocked(arms: tuple[Arm, ...], rows: Rows, results: Runs) -> Blocked | None
     return None
 
 
-def _blocked_fields(b: Blocked) -> dict[str, Any]:
-    return {
-        "status": b.status,
-        "reason": b.reason,
-        "stderr_tail": b.stderr_tail,
-        "blocked_arm": b.arm,
-        "arm_reason": b.arm_reason,
-        "ran_on_other_commit": b.ran_on_other_commit,
-    }
+def _blocked_entry(why: Blocked, column: str, **names: str) -> Comparison:
+    """The entry of a comparison or check that an arm stopped (``names``: its arms)."""
+    return Comparison(
+        column=column,
+        **names,
+        status=why.status,
+        reason=why.reason,
+        stderr_tail=why.stderr_tail,
+        blocked_arm=why.arm,
+        arm_reason=why.arm_reason,
+        ran_on_other_commit=why.ran_on_other_commit,
+    )
 
 
 def _comparison(
@@ -125,13 +127,14 @@ def _comparison(
     decode: equality.Decoder | None,
 ) -> Comparison:
     a_name, b_name = pair_names(c.a, c.b)
-    names = {"column": c.column, "a": c.a.id, "b": c.b.id, "a_name": a_name, "b_name": b_name}
+    names = {"a": c.a.id, "b": c.b.id, "a_name": a_name, "b_name": b_name}
     blocked = _blocked((c.a, c.b), rows, results)
     if blocked:
-        return Comparison(**names, **_blocked_fields(blocked))
+        return _blocked_entry(blocked, c.column, **names)
     dropped = {**rows[c.a].dropped, **rows[c.b].dropped}
     got = equality.compare(results[c.a], results[c.b], c.only_ids, requests, decode, dropped)
     return Comparison(
+        column=c.column,
         **names,
         status=Status.PASS if got.all_equal else Status.FAIL,
         matched=got.matched,
@@ -142,25 +145,20 @@ def _comparison(
     )
 
 
-def background(arm: Arm, sets: dict[str, list[dict[str, Any]]]) -> frozenset[str]:
-    """Ids of the background-priority requests of an arm's prompt set."""
-    reqs = sets.get(arm.config["prompts"], [])
-    return frozenset(r["id"] for r in reqs if r.get("priority") == "background")
-
-
 def _check(
-    c: ResourceCheck | ScheduleCheck | PairCheck,
+    c: Check,
     rows: Rows,
     results: Runs,
     gate: Gate,
     sets: dict[str, list[dict[str, Any]]],
 ) -> Comparison:
-    """A check of one arm (resource, schedule) or of base against head (behaviour)."""
+    """A check of one arm (resource, schedule) or of base against head (behaviour), judged
+    by the gate's rule once its arms ran ok."""
     arms = (c.a, c.b) if isinstance(c, PairCheck) else (c.arm,)
     blocked = _blocked(arms, rows, results)
     if blocked:
-        return Comparison(column=c.column, arm=arms[-1].id, **_blocked_fields(blocked))
-    got = _outcome(c, results, gate, sets)
+        return _blocked_entry(blocked, c.column, arm=arms[-1].id)
+    got = gate.rule.judge(c, results, sets)
     if got.ok is None:
         status, matched, total = Status.NOT_COMPARABLE, 0, 0
     else:
@@ -176,23 +174,6 @@ def _check(
         matched=matched,
         total=total,
     )
-
-
-def _outcome(
-    c: ResourceCheck | ScheduleCheck | PairCheck,
-    results: Runs,
-    gate: Gate,
-    sets: dict[str, list[dict[str, Any]]],
-) -> CheckOutcome:
-    """Run the check itself (its arms ran ok)."""
-    if isinstance(c, ResourceCheck):
-        return resources.check(results[c.arm], c.limits)
-    if isinstance(c, ScheduleCheck):
-        return schedule.check(results[c.arm], c.budgets, background(c.arm, sets))
-    a, b = results[c.a], results[c.b]
-    if gate.kind == "schedule_across_commits":
-        return schedule.compare(a, b, gate.metrics, gate.worse_by, background(c.b, sets))
-    return acceptance.compare(a, b, gate.max_drop)
 
 
 def _cells(entries: list[Comparison]) -> dict[str, Cell]:
@@ -227,11 +208,10 @@ def evaluate(
                 cfg = c.b.config
                 reqs = {r["id"]: r for r in sets[cfg["prompts"]]}
                 entries.append(_comparison(c, rows, results, reqs, decoders.get(cfg["model"])))
-        for rc in [*plan.checks, *plan.schedule_checks, *plan.pairs]:
+        for rc in [*plan.checks, *plan.pairs]:
             if rc.gate == gate.name:
                 entries.append(_check(rc, rows, results, gate, sets))
-        limits = {"resource": gate.limits, "schedule": gate.budgets}.get(gate.kind)
-        within = gate.kind == "within_commit"
+        facts = gate.rule.facts()
         out.append(
             GateResult(
                 name=gate.name,
@@ -242,9 +222,9 @@ def evaluate(
                 total=sum(e.total for e in entries),
                 cells=_cells(entries),
                 entries=entries,
-                vary=gate.vary if within else None,
-                reference=gate.reference if within else None,
-                limits=limits,
+                vary=facts.vary,
+                reference=facts.reference,
+                limits=facts.limits,
             )
         )
     return out

@@ -23,6 +23,7 @@ See docs/gates.md for every key.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -90,12 +91,35 @@ SPEED_DEFAULTS: dict[str, Any] = {
 }
 
 
-@dataclass
+@dataclass(frozen=True)
+class Scalars:
+    """The matrix's top-level numbers, validated (SCALARS: their types and defaults)."""
+
+    max_tokens: int = 16
+    context: int | None = None
+    pages: int = 256
+    page_rows: int | None = None
+    step_rows: int | None = None
+    draft_tokens: int | None = None
+    share: float | None = None
+    timeout: int = 900  # seconds an arm may run
+    columns: str | None = None  # the axis shown as receipt columns
+
+    def arm_keys(self) -> dict[str, int | float]:
+        """What every arm's config takes from them: the engine's own knobs that are set."""
+        return {
+            k: v
+            for k, v in dataclasses.asdict(self).items()
+            if k not in ("timeout", "columns") and v is not None
+        }
+
+
+@dataclass(frozen=True)
 class Matrix:
     path: Path
     name: str
     axes: dict[str, list[Any]]  # every axis in AXES, normalised, at least one value
-    scalars: dict[str, Any]
+    scalars: Scalars
     gates: list[Gate]
     speed: dict[str, Any] | None
     description: str = ""
@@ -107,10 +131,19 @@ class Matrix:
         """Every prompt set an arm may send: the prompts axis, then the gates' own."""
         names = list(self.axes["prompts"])
         for g in self.gates:
-            name = g.override.get("prompts")
-            if name is not None and name not in names:
-                names.append(name)
+            for asked in g.rule.asked():
+                if asked.axis == "prompts" and asked.value not in names:
+                    names.append(asked.value)
         return names
+
+    def column_axis(self) -> str | None:
+        """The axis shown as receipt columns: the matrix's choice, else kv if it varies."""
+        if self.scalars.columns:
+            return self.scalars.columns
+        for axis in ("kv", "backend", "model", "prompts"):
+            if len(self.axes[axis]) > 1:
+                return axis
+        return None
 
     def points(self) -> list[dict[str, Any]]:
         """The cartesian product of the axes, as dicts, less the ``exclude`` patterns."""
@@ -284,8 +317,8 @@ def _shown(values: list[Any]) -> str:
     return ", ".join(str(v) for v in values)
 
 
-def _scalars(p: Path, raw: dict[Any, Any]) -> dict[str, Any]:
-    scalars: dict[str, Any] = {}
+def _scalars(p: Path, raw: dict[Any, Any]) -> Scalars:
+    scalars = {}
     for k, (typ, default) in SCALARS.items():
         v = raw.get(k, default)
         if typ is float and isinstance(v, int) and not isinstance(v, bool):
@@ -299,14 +332,8 @@ def _scalars(p: Path, raw: dict[Any, Any]) -> dict[str, Any]:
         scalars[k] = v
     if scalars["columns"] is not None and scalars["columns"] not in AXES:
         raise fail(p, "columns", f"an axis ({', '.join(AXES)})", scalars["columns"])
-    return scalars
+    return Scalars(**scalars)
 
 
 def column_axis(m: Matrix) -> str | None:
-    """The axis shown as receipt columns: the matrix's choice, else kv if it varies."""
-    if m.scalars.get("columns"):
-        return m.scalars["columns"]
-    for axis in ("kv", "backend", "model", "prompts"):
-        if len(m.axes[axis]) > 1:
-            return axis
-    return None
+    return m.column_axis()

@@ -161,7 +161,7 @@ def run(opts: Options) -> int:
         fixtures=inp.fixtures,
         st=st,
         cache=cache,
-        timeout=float(m.scalars["timeout"]),
+        timeout=float(m.scalars.timeout),
         workers=n_workers,
         devices=devices,
         quiet=opts.quiet,

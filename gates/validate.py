@@ -44,14 +44,9 @@ def against_capabilities(m: Matrix, caps: list[dict[str, Any]]) -> None:
             for i, v in enumerate(g.where.get(axis, [])):
                 if v not in known:
                     raise _refuse(m, f"gates[{gi}].where.{axis}[{i}]", axis, v, known)
-            if g.vary == axis:
-                for i, v in enumerate(g.values or ()):
-                    if v not in known:
-                        raise _refuse(m, f"gates[{gi}].{g.kind}.values[{i}]", axis, v, known)
-            if axis == "drafter":
-                for i, v in enumerate(g.drafters):
-                    if v not in known:
-                        raise _refuse(m, f"gates[{gi}].{g.kind}.drafter[{i}]", axis, v, known)
+            for asked in g.rule.asked():
+                if asked.axis == axis and asked.value not in known:
+                    raise _refuse(m, f"gates[{gi}].{g.kind}.{asked.key}", axis, asked.value, known)
     within_limits(m, caps)
     env = _known(caps, "env_flags")
     for i, flags in enumerate(m.axes["flags"]):
@@ -73,10 +68,11 @@ def _lane_values(m: Matrix) -> list[tuple[str, Any]]:
             (f"gates[{gi}].where.parallel[{i}]", v)
             for i, v in enumerate(g.where.get("parallel", []))
         ]
-        if g.vary == "parallel":
-            out += [(f"gates[{gi}].{g.kind}.values[{i}]", v) for i, v in enumerate(g.values or ())]
-        if "parallel" in g.override:
-            out.append((f"gates[{gi}].{g.kind}.parallel", g.override["parallel"]))
+        out += [
+            (f"gates[{gi}].{g.kind}.{a.key}", a.value)
+            for a in g.rule.asked()
+            if a.axis == "parallel"
+        ]
     speed = m.speed or {}
     out += [(f"speed.parallel[{i}]", v) for i, v in enumerate(speed.get("parallel") or [])]
     return out

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gates.judge.kinds import unit
 from gates.results import Status, arms_of, gates_of
 from gates.speed.results import speed_of
-
-ARM_CHECKS = ("resource", "schedule", "schedule_across_commits", "acceptance_across_commits")
 
 
 def skipped(man: dict[str, Any]) -> list[str]:
@@ -30,7 +29,7 @@ def skipped(man: dict[str, Any]) -> list[str]:
                 out.append(f"left out of {g.name}: request `{s['id']}` — {s['reason']}")
             if (
                 e.status == Status.NOT_COMPARABLE
-                and g.kind in ARM_CHECKS
+                and unit(g.kind) == "arms"
                 and e.stderr_tail is None  # the arms ran; a metric or trace is missing
             ):
                 out.append(f"{g.name}: {e.arm}: {e.reason}")

@@ -18,9 +18,10 @@ from gates import prompts as prompts_mod
 from gates.checks import client
 from gates.checks.equality import describe_margin
 from gates.checks.lean import lean_counts, lean_line
+from gates.judge.kinds import unit
 from gates.receipt.counts import arm_counts, arms_line
 from gates.receipt.headline import verdict  # noqa: F401 - render.verdict, as before
-from gates.receipt.lists import ARM_CHECKS, crashed, notices, skipped
+from gates.receipt.lists import crashed, notices, skipped
 from gates.receipt.table import bullet, fence, md_table
 from gates.results import Cell, Comparison, GateResult, Status, arms_of, gates_of
 from gates.speed import chart as speed_chart
@@ -37,23 +38,23 @@ def cell_text(kind: str, cell: Cell | None) -> str:
     if cell is None:
         return "—"
     st, c = cell.status, cell.counts
-    unit = "arms" if kind in ARM_CHECKS else "pairs"
+    counted = unit(kind)
     held, judged = c.get("pass", 0), c.get("pass", 0) + c.get("fail", 0)
     nc = f" (+{c['not_comparable']} n/c)" if c.get("not_comparable") else ""
     reqs = ""
-    if unit == "pairs" and cell.total:
+    if counted == "pairs" and cell.total:
         differ = cell.total - cell.matched
         reqs = (
             f", {differ} of {cell.total} requests differ" if differ else f", {cell.total} requests"
         )
     if st == "pass":
-        return f"✅ {held}/{judged} {unit} hold{reqs}{nc}"
+        return f"✅ {held}/{judged} {counted} hold{reqs}{nc}"
     if st == "fail":
-        return f"❌ {held}/{judged} {unit} hold{reqs}{nc}"
+        return f"❌ {held}/{judged} {counted} hold{reqs}{nc}"
     if st == "could_not_run":
         blocked = c.get("could_not_run", 0)
         rest = f"; {held}/{judged} of the rest hold" if judged else ""
-        return f"⚠️ {blocked} {unit} could not run{rest}"
+        return f"⚠️ {blocked} {counted} could not run{rest}"
     return "n/c"
 
 

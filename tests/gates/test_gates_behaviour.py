@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ran
-from gates import BadInput, matrix, plan, rules
+from gates import BadInput, matrix, plan
 from gates.checks import acceptance, equality, schedule
+from gates.judge.kinds.schedule import SCHEDULE_METRICS
 from gates.receipt import render
 
 
@@ -128,7 +129,7 @@ def test_rounds_ahead_of_a_due_long_step_read_as_worse_not_better():
     assert mh["max_decode_gap_rounds"] < mb["max_decode_gap_rounds"]
     assert mh["long_gap_rounds"] < mb["long_gap_rounds"]
     assert (mb["long_first_step_rounds"], mh["long_first_step_rounds"]) == (0, 2)
-    names = tuple(rules.SCHEDULE_METRICS)
+    names = tuple(SCHEDULE_METRICS)
     got = schedule.compare(ran({"trace": base}), ran({"trace": head}), names, 0)
     assert got.ok is False
     assert got.problems == [
@@ -192,7 +193,7 @@ def test_schedule_and_acceptance_rules_plan_their_arms(tmp_path: Path):
     m = matrix.load(p)
     assert m.prompt_sets() == ["p", "sched"]
     pl = plan.build(m, {"p": [], "sched": []})
-    (check,) = [c for c in pl.schedule_checks if c.gate == "burst"]  # p=1, p=4 -> one arm
+    (check,) = [c for c in pl.checks if c.gate == "burst"]  # p=1, p=4 -> one arm
     cfg = check.arm.config
     assert (cfg["prompts"], cfg["parallel"], cfg["share"], check.arm.side) == (
         "sched",

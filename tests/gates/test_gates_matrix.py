@@ -91,7 +91,7 @@ def test_bundled_matrices_load_and_plan(name):
     p = plan.build(m, sets)
     assert p.arms and p.comparisons and not p.notes
     names = {g.name for g in m.gates}
-    checks = [*p.comparisons, *p.checks, *p.schedule_checks, *p.pairs]
+    checks = [*p.comparisons, *p.checks, *p.pairs]
     assert {c.gate for c in checks} == names
 
 

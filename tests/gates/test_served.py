@@ -13,8 +13,8 @@ from conftest import gate, run_gates
 from gates import BadInput, contract, matrix, plan, prompts, served
 from gates.checks import equality
 from gates.execute import ArmJob, base_env, capabilities, run_arm
+from gates.judge.kinds.resource import RESOURCE_LIMITS
 from gates.power import plants
-from gates.rules import RESOURCE_LIMITS
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "fixtures" / "models" / "tiny-qwen3"

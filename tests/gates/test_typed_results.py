@@ -49,7 +49,8 @@ TYPED = (
 # (module, function, parameter or "return"): what the dict is, since it is not a result
 ALLOWED = {
     # the manifest itself: JSON as written to disk; its gates are read through gates_of
-    **{(m, f, "man"): "manifest" for m in TYPED for f in ("*",)},
+    **{(m, "*", "man"): "manifest" for m in ("gates.results", "gates.receipt.lists")},
+    ("gates.receipt.render", "*", "man"): "manifest",
     ("gates.results", "_need", "d"): "JSON being read",
     ("gates.results", "_status", "d"): "JSON being read",
     ("gates.results", "_json", "return"): "JSON being written",
@@ -66,7 +67,6 @@ ALLOWED = {
     ("gates.validate", "*", "caps"): "the engines' capabilities --json, not results",
     ("gates.evaluate", "*", "requests"): "prompt requests, not results",
     ("gates.evaluate", "*", "sets"): "prompt sets, not results",
-    ("gates.evaluate", "_blocked_fields", "return"): "keyword arguments of Comparison",
     ("gates.receipt.render", "*", "d"): "one differing request of a comparison, for display",
     ("gates.receipt.render", "failure_lines", "return"): "records for the template",
     ("gates.receipt.lists", "crashed", "return"): "records for the template",
@@ -104,7 +104,6 @@ ALLOWED = {
     **{("gates.speed.measure", "*", p): "the matrix's speed section" for p in ("spec",)},
     **{(m, "*", "spec"): "the matrix's speed section" for m in ("gates.speed.results",)},
     ("gates.speed.measure", "run_block", "return"): "a block's record, JSON for the manifest",
-    ("gates.speed.measure", "_turns", "return"): "the engine's timed runs as it printed them",
     ("gates.speed.measure", "judge", "samples"): "blocks' records from run_block",
     ("gates.speed.estimate", "*", "runs"): "the engine's timed runs as it printed them",
     ("gates.speed.lockstep", "*", "return"): "a JSON line the engine printed",

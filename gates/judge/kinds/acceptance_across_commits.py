@@ -1,0 +1,51 @@
+"""``acceptance_across_commits: {drafter, max_drop?}``: each drafter's accepted / drafted
+on head drops by at most ``max_drop`` from base's (drafts never change tokens, so a worse
+drafter shows only here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gates.axes import SIDES
+from gates.checks import acceptance
+from gates.judge.kinds.rule import Asked, Gate, Rule, Sets, Source
+from gates.planned import Arm, Check, PairCheck, Plan, canonical
+from gates.results import ArmRun, CheckOutcome
+
+
+@dataclass(frozen=True)
+class AcceptanceAcrossCommits(Rule):
+    KEY = "acceptance_across_commits"
+    UNIT = "arms"
+    ACROSS = True
+
+    drafters: tuple[str, ...]
+    max_drop: float = 0.05  # allowed drop of accepted/drafted
+
+    @classmethod
+    def parse(cls, src: Source) -> Gate:
+        src.only({"drafter", "max_drop"})
+        drafters = src.values("drafter", "drafter")
+        if "none" in drafters:
+            raise src.fail("drafter", "drafters other than none", drafters)
+        drop = src.number("max_drop", default=0.05)
+        return Gate(src.name, src.where, SIDES, cls(tuple(drafters), drop))
+
+    def plan(self, gate: Gate, plan: Plan, sets: Sets) -> None:
+        points = gate.points(plan)
+        seen: set[str] = set()
+        for p in points:
+            for d in self.drafters:
+                c = canonical(plan.config({**p, "drafter": d}))
+                if c not in seen:
+                    seen.add(c)
+                    plan.pair(gate.name, Arm("base", c), Arm("head", c))
+        if not points:
+            plan.nothing_matched(gate.name)
+
+    def judge(self, check: Check, runs: dict[Arm, ArmRun], sets: Sets) -> CheckOutcome:
+        assert isinstance(check, PairCheck)
+        return acceptance.compare(runs[check.a], runs[check.b], self.max_drop)
+
+    def asked(self) -> list[Asked]:
+        return [Asked(f"drafter[{i}]", "drafter", d) for i, d in enumerate(self.drafters)]

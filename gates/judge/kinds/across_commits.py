@@ -1,0 +1,30 @@
+"""``across_commits: {filter}``: every matching point on head replies as on base."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gates.axes import SIDES
+from gates.judge.kinds.rule import Gate, Rule, Sets, Source, parse_where
+from gates.planned import Arm, Plan, canonical
+
+
+@dataclass(frozen=True)
+class AcrossCommits(Rule):
+    KEY = "across_commits"
+    BLAS = True
+    ACROSS = True
+
+    @classmethod
+    def parse(cls, src: Source) -> Gate:
+        # The body is a filter, as in `across_commits: {paging: on}`.
+        where = {**src.where, **parse_where(src.path, src.key, src.body)}
+        return Gate(src.name, where, SIDES, cls())
+
+    def plan(self, gate: Gate, plan: Plan, sets: Sets) -> None:
+        points = gate.points(plan)
+        for p in points:
+            c = canonical(plan.config(p))
+            plan.compare(gate.name, p, Arm("base", c), Arm("head", c))
+        if not points:
+            plan.nothing_matched(gate.name)

@@ -1,0 +1,39 @@
+"""``resumed: {commits?}``: a two-turn request resumed from its cached first turn replies as
+the same request sent cold (both serial)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gates import prompts
+from gates.judge.kinds.rule import Gate, Rule, Sets, Source
+from gates.planned import Arm, Plan, canonical
+
+
+@dataclass(frozen=True)
+class Resumed(Rule):
+    KEY = "resumed"
+    BLAS = True
+
+    @classmethod
+    def parse(cls, src: Source) -> Gate:
+        src.only({"commits"})
+        return Gate(src.name, src.where, src.sides(("head",)), cls())
+
+    def plan(self, gate: Gate, plan: Plan, sets: Sets) -> None:
+        """Per side and point with two-turn requests: the set cold (serial) against resumed."""
+        before = len(plan.comparisons)
+        for side in gate.sides:
+            seen: set[tuple[str, str]] = set()
+            for p in gate.points(plan):
+                ids = prompts.resumable_ids(sets[p["prompts"]])
+                if not ids:
+                    continue
+                a = Arm(side, canonical(plan.config(p, serial=True)))
+                b = Arm(side, canonical(plan.config(p, serial=True, resumed=True)))
+                if (a.config_json, b.config_json) not in seen:
+                    seen.add((a.config_json, b.config_json))
+                    plan.compare(gate.name, p, a, b, only_ids=ids)
+        if len(plan.comparisons) == before:
+            why = " (no resumable two-turn requests in the prompt sets)"
+            plan.nothing_matched(gate.name, why)

@@ -1,0 +1,91 @@
+"""``schedule: {budgets, prompts?, parallel?, share?, commits?}``: an arm's schedule trace
+stays within budgets (rounds of decode gap, time to first token, ...)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gates.checks import schedule
+from gates.judge.kinds.rule import Asked, Facts, Gate, Rule, Sets, Source
+from gates.planned import Arm, ArmCheck, Check, Plan, canonical
+from gates.results import ArmRun, CheckOutcome
+
+SCHEDULE_METRICS = (
+    "max_decode_gap_rounds",
+    "short_ttft_rounds",
+    "long_gap_rounds",
+    "long_first_step_rounds",
+    "debt_without_decoders",
+    "priority_inversions",
+    "background_wait_actions",
+)
+# Keys of a schedule rule's body that replace the matrix point's value for its arms.
+SCHEDULE_OVERRIDES = ("prompts", "parallel", "share")
+
+
+def overrides(src: Source) -> dict[str, Any]:
+    """The body's prompts, parallel and share: the rule's own arms."""
+    out: dict[str, Any] = {}
+    for k in SCHEDULE_OVERRIDES:
+        if k in src.body:
+            out[k] = src.number(k, 1e-9) if k == "share" else src.value(k, k)
+    return out
+
+
+def configs(plan: Plan, gate: Gate, override: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each matching point's config with the rule's own prompt set, lanes and share."""
+    axes = {k: v for k, v in override.items() if k != "share"}
+    share = override.get("share")
+    points = gate.points(plan)
+    if not points:
+        plan.nothing_matched(gate.name)
+    return [plan.config({**p, **axes}, share=share) for p in points]
+
+
+def asked(override: dict[str, Any]) -> list[Asked]:
+    return [Asked(k, k, v) for k, v in override.items() if k != "share"]
+
+
+def background(arm: Arm, sets: Sets) -> frozenset[str]:
+    """Ids of the background-priority requests of an arm's prompt set."""
+    reqs = sets.get(arm.config["prompts"], [])
+    return frozenset(r["id"] for r in reqs if r.get("priority") == "background")
+
+
+@dataclass(frozen=True)
+class Schedule(Rule):
+    KEY = "schedule"
+    UNIT = "arms"
+
+    budgets: dict[str, float] = field(default_factory=dict)  # metric -> max allowed
+    override: dict[str, Any] = field(default_factory=dict)  # prompts, parallel, share
+
+    @classmethod
+    def parse(cls, src: Source) -> Gate:
+        src.only({"commits", *SCHEDULE_OVERRIDES, *SCHEDULE_METRICS})
+        override = overrides(src)
+        sides = src.sides(("head",))
+        budgets = {k: src.number(k) for k in SCHEDULE_METRICS if k in src.body}
+        if not budgets:
+            raise src.fail("", f"at least one budget of {', '.join(SCHEDULE_METRICS)}", src.body)
+        return Gate(src.name, src.where, sides, cls(budgets, override))
+
+    def plan(self, gate: Gate, plan: Plan, sets: Sets) -> None:
+        seen: set[tuple[str, str]] = set()
+        for cfg in configs(plan, gate, self.override):
+            c = canonical(cfg)
+            for side in gate.sides:
+                if (side, c) not in seen:
+                    seen.add((side, c))
+                    plan.check(gate.name, Arm(side, c))
+
+    def judge(self, check: Check, runs: dict[Arm, ArmRun], sets: Sets) -> CheckOutcome:
+        assert isinstance(check, ArmCheck)
+        return schedule.check(runs[check.arm], self.budgets, background(check.arm, sets))
+
+    def asked(self) -> list[Asked]:
+        return asked(self.override)
+
+    def facts(self) -> Facts:
+        return Facts(limits=self.budgets)
