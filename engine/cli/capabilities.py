@@ -37,9 +37,9 @@ def serve_capabilities() -> dict:
 
 
 def capabilities() -> dict:
-    from engine.cli.replies import REPLY_KEYS
     from engine.cli.run import METRICS_KEYS
     from engine.draft.registry import available
+    from engine.lanes.replies import REPLY_KEYS
     from engine.lanes.request import REQUEST_KEYS
     from engine.model.config import SUPPORTED_ARCHITECTURES
     from engine.ops import available_backends, backend_info

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 from typing import Any
 
 from engine.config import DRAFTERS, EngineConfig
@@ -71,10 +70,6 @@ def make_drafter(cfg: EngineConfig, model: Any) -> Any:
     from engine.draft import registry
 
     return registry.make(cfg, model)
-
-
-def token_sha(ids: list[int]) -> str:
-    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:12]
 
 
 def parse_ids(text: str, flag: str) -> list[int]:

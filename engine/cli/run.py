@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from engine.cli.common import add_engine_flags, add_model_flags, engine_config, load, make_drafter
-from engine.cli.replies import reply
 from engine.cli.trace import TraceWriter
 from engine.errors import InputError
 from engine.lanes.clock import VirtualClock
 from engine.lanes.engine import Engine
+from engine.lanes.replies import reply
 from engine.lanes.request import Request, parse_request
 
 METRICS_KEYS = (
