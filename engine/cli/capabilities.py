@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from engine.config import DRAFTERS, MAX_DRAFT_TOKENS, MAX_PARALLEL
+from engine.config import DRAFTERS, MAX_DRAFT_TOKENS, MAX_PARALLEL, flag_name, knobs
 from engine.kv.codec import KV_DTYPES
 
 # 2: logit_hashes, cancel_after_rows, --virtual-clock, --trace
@@ -53,21 +53,8 @@ def capabilities() -> dict:
         "serial": True,
         "kinds": ["complete", "embed"],
         "flags": [
-            "--parallel",
-            "--context",
-            "--kv",
-            "--kv-pages",
-            "--page-rows",
-            "--step-rows",
-            "--share",
-            "--serial",
-            "--metrics",
-            "--backend",
-            "--drafter",
-            "--drafter-model",
-            "--draft-tokens",
-            "--virtual-clock",
-            "--trace",
+            *(flag_name(f.name) for f in knobs()),
+            *("--serial", "--metrics", "--backend", "--virtual-clock", "--trace"),
         ],
         "request_keys": list(REQUEST_KEYS),
         "reply_keys": list(REPLY_KEYS),
