@@ -31,13 +31,13 @@ def serve_capabilities() -> dict:
         "request_keys": list(openai.REQUEST_KEYS),
         "choice_keys": list(openai.CHOICE_KEYS),
         "reply_keys": list(openai.REPLY_KEYS),
-        "metrics_keys": list(worker.METRICS_KEYS),
+        "metrics_keys": list(worker.SERVE_METRICS_KEYS),
         "port_zero": True,
     }
 
 
 def capabilities() -> dict:
-    from engine.cli.run import METRICS_KEYS
+    from engine.cli.run import RUN_METRICS_KEYS
     from engine.draft.registry import available
     from engine.lanes.replies import REPLY_KEYS
     from engine.lanes.request import REQUEST_KEYS
@@ -58,7 +58,7 @@ def capabilities() -> dict:
         ],
         "request_keys": list(REQUEST_KEYS),
         "reply_keys": list(REPLY_KEYS),
-        "metrics_keys": list(METRICS_KEYS),
+        "metrics_keys": list(RUN_METRICS_KEYS),
         "env_flags": ["ENGINE_CALIBRATE_SLOWDOWN"],
         "serve": serve_capabilities(),
         "backend_info": backend_info(),
