@@ -14,8 +14,7 @@ from engine.errors import EngineFailure, InputError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from engine.cli import bench, capabilities, generate, run
-    from engine.serve import cli as serve
+    from engine.cli import bench, capabilities, generate, run, serve
 
     parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)

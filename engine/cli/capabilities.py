@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from engine.config import DRAFTERS, MAX_DRAFT_TOKENS, MAX_PARALLEL
+from engine.config import DRAFTERS, MAX_DRAFT_TOKENS, MAX_PARALLEL, flag_name, knobs
 from engine.kv.codec import KV_DTYPES
 
 # 2: logit_hashes, cancel_after_rows, --virtual-clock, --trace
@@ -31,15 +31,15 @@ def serve_capabilities() -> dict:
         "request_keys": list(openai.REQUEST_KEYS),
         "choice_keys": list(openai.CHOICE_KEYS),
         "reply_keys": list(openai.REPLY_KEYS),
-        "metrics_keys": list(worker.METRICS_KEYS),
+        "metrics_keys": list(worker.SERVE_METRICS_KEYS),
         "port_zero": True,
     }
 
 
 def capabilities() -> dict:
-    from engine.cli.replies import REPLY_KEYS
-    from engine.cli.run import METRICS_KEYS
+    from engine.cli.run import RUN_METRICS_KEYS
     from engine.draft.registry import available
+    from engine.lanes.replies import REPLY_KEYS
     from engine.lanes.request import REQUEST_KEYS
     from engine.model.config import SUPPORTED_ARCHITECTURES
     from engine.ops import available_backends, backend_info
@@ -53,25 +53,12 @@ def capabilities() -> dict:
         "serial": True,
         "kinds": ["complete", "embed"],
         "flags": [
-            "--parallel",
-            "--context",
-            "--kv",
-            "--kv-pages",
-            "--page-rows",
-            "--step-rows",
-            "--share",
-            "--serial",
-            "--metrics",
-            "--backend",
-            "--drafter",
-            "--drafter-model",
-            "--draft-tokens",
-            "--virtual-clock",
-            "--trace",
+            *(flag_name(f.name) for f in knobs()),
+            *("--serial", "--metrics", "--backend", "--virtual-clock", "--trace"),
         ],
         "request_keys": list(REQUEST_KEYS),
         "reply_keys": list(REPLY_KEYS),
-        "metrics_keys": list(METRICS_KEYS),
+        "metrics_keys": list(RUN_METRICS_KEYS),
         "env_flags": ["ENGINE_CALIBRATE_SLOWDOWN"],
         "serve": serve_capabilities(),
         "backend_info": backend_info(),

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 from typing import Any
 
-from engine.config import DRAFTERS, EngineConfig
+from engine.config import EngineConfig, flag_name, knob_type, knobs
 from engine.errors import InputError
-from engine.kv.codec import KV_DTYPES
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
@@ -21,33 +19,23 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_engine_flags(p: argparse.ArgumentParser, parallel: bool = True) -> None:
-    if parallel:
-        p.add_argument("--parallel", type=int, default=1, help="lanes (concurrent streams)")
-    p.add_argument("--context", type=int, default=1024, help="rows per lane")
-    p.add_argument("--kv", default="bf16", choices=KV_DTYPES, help="KV storage")
-    p.add_argument("--kv-pages", type=int, default=0, help="shared page pool (0: paging off)")
-    p.add_argument("--page-rows", type=int, default=16, help="rows per KV page")
-    p.add_argument("--step-rows", type=int, default=64, help="prompt rows per step")
-    p.add_argument("--share", type=float, default=1.0, help="prompt share of decode time")
-    p.add_argument("--drafter", default="none", choices=DRAFTERS)
-    p.add_argument("--drafter-model", default=None, help="block drafter directory")
-    p.add_argument("--draft-tokens", type=int, default=4, help="tokens drafted per round")
+    """A flag for each of EngineConfig's knobs, with its default, help and choices."""
+    for f in knobs():
+        if f.name == "parallel" and not parallel:
+            continue
+        p.add_argument(
+            flag_name(f.name),
+            type=knob_type(f),
+            default=f.default,
+            choices=f.metadata["choices"],
+            help=f.metadata["help"],
+        )
 
 
 def engine_config(args: argparse.Namespace, **overrides: Any) -> EngineConfig:
-    cfg = EngineConfig(
-        parallel=getattr(args, "parallel", 1),
-        context=args.context,
-        kv=args.kv,
-        kv_pages=args.kv_pages,
-        page_rows=args.page_rows,
-        step_rows=args.step_rows,
-        share=args.share,
-        drafter=args.drafter,
-        drafter_model=args.drafter_model,
-        draft_tokens=args.draft_tokens,
-        serial=getattr(args, "serial", False),
-    )
+    """EngineConfig from the parsed flags; a knob the command has no flag for keeps its default."""
+    given = {f.name: getattr(args, f.name) for f in knobs() if hasattr(args, f.name)}
+    cfg = EngineConfig(**given, serial=getattr(args, "serial", False))
     for k, v in overrides.items():
         setattr(cfg, k, v)
     return cfg.validate()
@@ -71,10 +59,6 @@ def make_drafter(cfg: EngineConfig, model: Any) -> Any:
     from engine.draft import registry
 
     return registry.make(cfg, model)
-
-
-def token_sha(ids: list[int]) -> str:
-    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:12]
 
 
 def parse_ids(text: str, flag: str) -> list[int]:

@@ -14,9 +14,9 @@ from engine.cli.common import (
     make_drafter,
     parse_ids,
 )
-from engine.cli.replies import reply
 from engine.errors import InputError
 from engine.lanes.engine import Engine
+from engine.lanes.replies import reply
 from engine.lanes.request import Request
 
 

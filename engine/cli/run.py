@@ -11,18 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from engine.cli.common import add_engine_flags, add_model_flags, engine_config, load, make_drafter
-from engine.cli.replies import reply
 from engine.cli.trace import TraceWriter
 from engine.errors import InputError
 from engine.lanes.clock import VirtualClock
 from engine.lanes.engine import Engine
+from engine.lanes.metrics import COUNTER_KEYS, counters
+from engine.lanes.replies import reply
 from engine.lanes.request import Request, parse_request
 
-METRICS_KEYS = (
-    "pages_in_use", "unplanned_allocations", "cached_pages", "wall_s", "prefill_tokens",
-    "decode_tokens", "rounds", "steps", "drafted", "accepted", "errors", "drafter_states",
-    "config", "flags",
-)  # fmt: skip
+# what --metrics writes: the engine's counters, then this run's own
+RUN_METRICS_KEYS = (*COUNTER_KEYS, "wall_s", "drafted", "accepted", "errors", "config", "flags")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -112,15 +110,11 @@ def run(args: argparse.Namespace) -> int:
             f.write(json.dumps(reply(streams[r.id], tokenizer)) + "\n")
     if args.metrics:
         metrics = {
-            "pages_in_use": engine.plan.pages_in_use,
-            "unplanned_allocations": engine.plan.unplanned_allocations,
-            "cached_pages": engine.plan.cached_pages,
+            **counters(engine),
             "wall_s": round(wall, 4),
-            **engine.stats,
             "drafted": sum(s.drafted for s in streams.values()),
             "accepted": sum(s.accepted for s in streams.values()),
             "errors": sum(1 for s in streams.values() if s.finish_reason == "error"),
-            "drafter_states": len(getattr(engine.drafter, "states", {})),
             "config": {k: v for k, v in vars(cfg).items() if k != "flags"},
             "flags": cfg.flags,
         }

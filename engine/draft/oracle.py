@@ -11,7 +11,6 @@ import numpy as np
 
 from engine.draft.lifecycle import LaneDrafter
 from engine.errors import InputError
-from engine.lanes.sampling import sample
 
 
 class OracleDrafter(LaneDrafter):
@@ -45,7 +44,7 @@ class OracleDrafter(LaneDrafter):
         out = []
         for _ in range(k):
             logits = self.model.logits_for(np.asarray(history))
-            tok = sample(logits, stream.req.temperature, stream.req.seed, len(history))
+            tok = stream.choose(logits, len(history))
             out.append(tok)
             history.append(tok)
         return out

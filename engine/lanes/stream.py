@@ -8,6 +8,7 @@ import numpy as np
 
 from engine.kv.plan import LaneRun
 from engine.lanes.request import Request
+from engine.lanes.sampling import sample
 
 
 @dataclass
@@ -29,6 +30,12 @@ class Stream:
     accepted: int = 0
     rounds: int = 0
     cancel_requested: bool = False
+
+    def choose(self, logits: np.ndarray, position: int) -> int:
+        """The token this stream takes from a logits row at absolute ``position``: the
+        engine's sampling rule (``Engine._emit``), for a drafter that predicts it (the oracle)
+        without importing lanes."""
+        return sample(logits, self.req.temperature, self.req.seed, position)
 
     @property
     def prompt_len(self) -> int:

@@ -18,7 +18,7 @@ def load_model(model_dir: str | Path, backend: str = "numpy") -> Any:
         raise InputError(f"{model_dir}: model directory not found")
     config = ModelConfig.from_dir(model_dir)
     if backend == "fake":
-        from engine.fake import FakeModel
+        from engine.model.fake import FakeModel
 
         return FakeModel(config)
     from engine.model.qwen3 import build

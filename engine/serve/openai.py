@@ -7,9 +7,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from engine.cli.common import token_sha
-from engine.cli.replies import rounded
 from engine.errors import InputError
+from engine.lanes.replies import rounded, token_sha
 from engine.lanes.request import Request, parse_request
 from engine.serve import schema
 from engine.serve.worker import Done

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.lanes.engine import Engine
+from engine.lanes.metrics import COUNTER_KEYS, counters
 from engine.lanes.request import Request
 from engine.lanes.stream import Stream
 from engine.serve.stops import StopScan
@@ -63,10 +64,8 @@ class Ticket:
         (self.post or self.updates.put)(item)
 
 
-METRICS_KEYS = (
-    "pages_in_use", "unplanned_allocations", "cached_pages", "live_streams", "waiting_streams",
-    "drafter_states", "prefill_tokens", "decode_tokens", "rounds", "steps",
-)  # fmt: skip
+# what /metrics returns: the engine's counters, then the streams holding a lane or queued
+SERVE_METRICS_KEYS = (*COUNTER_KEYS, "live_streams", "waiting_streams")
 
 
 class EngineWorker:
@@ -103,15 +102,7 @@ class EngineWorker:
     def metrics(self) -> dict[str, Any]:
         with self.lock:
             e = self.engine
-            return {
-                "pages_in_use": e.plan.pages_in_use,
-                "unplanned_allocations": e.plan.unplanned_allocations,
-                "cached_pages": e.plan.cached_pages,
-                "live_streams": len(e.live),
-                "waiting_streams": len(e.waiting),
-                "drafter_states": len(getattr(e.drafter, "states", {})),
-                **e.stats,
-            }
+            return {**counters(e), "live_streams": len(e.live), "waiting_streams": len(e.waiting)}
 
     def _take(self, item: Any) -> None:
         kind, ticket = item

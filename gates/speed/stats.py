@@ -6,7 +6,7 @@ log speed ``d = log(base cost / head cost)`` (> 0: head faster; rates are invert
 costs first). For each cell:
 
 * ``p``: a two-sided Wilcoxon signed-rank test of ``d`` against 0 (``scipy.stats.wilcoxon``,
-  the paired form of the Mann–Whitney test: the machine's drift, which both sides of a
+  a test on paired differences: the machine's drift, which both sides of a
   block share, drops out of ``d``);
 * ``speed``: ``exp`` of the 20 % trimmed mean of ``d``, with a 95 % percentile bootstrap
   interval (``scipy.stats.bootstrap``, resampling blocks, a fixed seed); ``ratio`` is

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from engine.config import EngineConfig
-from engine.fake import FakeModel
 from engine.lanes.clock import FakeClock
 from engine.lanes.engine import Engine
 from engine.lanes.request import Request
 from engine.model.config import ModelConfig
+from engine.model.fake import FakeModel
 from engine.model.loader import load_model
 from engine.model.qwen3 import build
 from engine.ops.numpy_ops import NumpyOps

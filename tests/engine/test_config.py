@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from engine.cli.common import add_engine_flags, engine_config
-from engine.config import DRAFTERS, EngineConfig, env_flags
+from engine.config import DRAFTERS, EngineConfig, env_flags, flag_name, knob_type, knobs
 from engine.errors import InputError
 from engine.kv.codec import KV_DTYPES
 
@@ -84,3 +84,54 @@ def test_overrides_are_validated_too() -> None:
     assert engine_config(cli_defaults(), parallel=3).parallel == 3
     with pytest.raises(InputError, match="--parallel"):
         engine_config(cli_defaults(), parallel=0)
+
+
+# every command that takes engine flags, with its required arguments only
+COMMANDS = {
+    "run": ["--model", "m", "--requests", "in.jsonl", "--out", "out.jsonl"],
+    "generate": ["--model", "m", "--prompt", "hello"],
+    "bench": ["--model", "m"],
+    "serve": ["--model", "m"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_commands_engine_flags_default_to_engine_configs_fields(command: str) -> None:
+    """`python -m engine COMMAND` as parsed: each knob's flag is there (bench's and generate's
+    --parallel excepted) with EngineConfig's default, help and choices, so a default or
+    help restated on the command line cannot drift from the field."""
+    from engine.__main__ import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args([command, *COMMANDS[command]])
+    actions = {a.dest: a for a in parser._subparsers._group_actions[0].choices[command]._actions}
+    for f in knobs():
+        if f.name == "parallel" and command in ("bench", "generate"):
+            continue  # bench sweeps its own --parallel list; generate runs one stream
+        assert getattr(args, f.name) == f.default, (command, f.name)
+        assert actions[f.name].option_strings == [flag_name(f.name)], (command, f.name)
+        assert actions[f.name].help == f.metadata["help"], (command, f.name)
+        assert actions[f.name].choices == f.metadata["choices"], (command, f.name)
+    overrides = {"parallel": 1} if command == "bench" else {}
+    from_cli = engine_config(args, **overrides)
+    for f in dataclasses.fields(EngineConfig):
+        if f.name != "flags":
+            assert getattr(from_cli, f.name) == f.default, (command, f.name)
+
+
+def test_knobs_are_every_field_but_serial_and_flags() -> None:
+    names = [f.name for f in knobs()]
+    assert names == [f.name for f in dataclasses.fields(EngineConfig)][:-2]
+    assert all(f.metadata["help"] for f in knobs())
+    assert {knob_type(f) for f in knobs()} == {int, float, str}
+
+
+def test_a_flag_parses_to_its_fields_type() -> None:
+    p = argparse.ArgumentParser()
+    add_engine_flags(p)
+    args = p.parse_args(
+        ["--share", "0.5", "--context", "64", "--drafter-model", "d", "--kv", "fp8"]
+    )
+    cfg = engine_config(args)
+    assert (cfg.share, cfg.context, cfg.drafter_model, cfg.kv) == (0.5, 64, "d", "fp8")
+    assert type(cfg.context) is int and type(cfg.share) is float

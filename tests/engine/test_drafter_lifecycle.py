@@ -9,9 +9,9 @@ import pytest
 from engine.config import EngineConfig
 from engine.draft.lifecycle import DrafterStateError
 from engine.draft.oracle import OracleDrafter
-from engine.fake import FakeModel
 from engine.lanes.engine import Engine
 from engine.lanes.request import Request
+from engine.model.fake import FakeModel
 from tests.engine.randmodel import random_config
 
 

@@ -188,7 +188,7 @@ def stream_events(url: str, body: dict) -> list[dict]:
 
 
 def test_replies_and_chunks_carry_the_bits_of_an_offline_reply(server, model):
-    from engine.cli.replies import reply
+    from engine.lanes.replies import reply
 
     engine = Engine(model, EngineConfig())
     tok = Tokenizer(TINY)

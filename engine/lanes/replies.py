@@ -1,10 +1,11 @@
-"""A finished stream as the reply object of the command-line contract."""
+"""A finished stream as the reply object of the command-line contract (`engine run` and
+`engine generate`), and the fields that `engine serve` writes the same way."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
-from engine.cli.common import token_sha
 from engine.lanes.stream import Stream
 
 # every reply key; `embedding` comes with the embed kind only, `error` with errors only
@@ -12,6 +13,10 @@ REPLY_KEYS = (
     "id", "ids", "text", "token_sha", "finish_reason", "prompt_tokens", "margins", "min_margin",
     "logit_hashes", "drafted", "accepted", "embedding", "error",
 )  # fmt: skip
+
+
+def token_sha(ids: list[int]) -> str:
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:12]
 
 
 def rounded(margins: list[float]) -> list[float]:
