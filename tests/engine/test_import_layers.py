@@ -31,16 +31,11 @@ LAYERS: tuple[str, ...] = (
     "engine.__main__",
 )
 
-# Known edges against the rules, each with who removes it. The GPU helper (issue 27) moves
-# graph capture behind the ops seam; when that merges these edges are gone, the stale-entry
-# test below goes red, and the coordinator empties this set. (`Ops.decode_step(model)`, ops
-# reading a model's attributes without importing it, is out of an import graph's sight.)
-KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("engine.ops.cupy_graph", "engine.model.qwen3"),  # CUDA graph capture replays the model
-        ("engine.ops.cupy_kv", "engine.ops.cupy_ops"),  # KINDS: closes cupy_kv <-> cupy_ops
-    }
-)
+# Known edges against the rules, each with a line on who removes it. Empty since graph capture
+# moved behind the ops seam (Ops.run_graph: ops see named host inputs, never a model or a KV
+# memory's attributes); a new entry needs a reason, and the stale-entry test below goes red
+# when its import is gone.
+KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset()
 
 FORBIDDEN_ROOTS = ("gates", "bench", "tests")
 MODULE_STRING = re.compile(r"^engine(\.\w+)+(?=(:\w+)?$)")
