@@ -265,3 +265,6 @@ def test_an_unknown_field_and_a_long_value_are_named_briefly() -> None:
     with pytest.raises(Invalid) as e:
         req(suffix="y" * 58)  # repr 60 characters: shown whole
     assert e.value.message.endswith("got " + repr("y" * 58))
+    with pytest.raises(Invalid) as e:
+        req(suffix="y" * 59)  # repr 61 characters: cut to 57 and "..."
+    assert e.value.message.endswith("got '" + "y" * 56 + "...")
