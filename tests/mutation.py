@@ -24,7 +24,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRATCH = ROOT / ".mutation"
 COPY = ("engine", "gates", "tests", "fixtures", "matrices", "conftest.py", "pyproject.toml")
 
-# module -> the tests that are its own (fast, host only)
+# module -> the tests that are its own (fast, host only): files, or pytest node ids where a
+# file also holds end-to-end tests that would run for every mutant (tens of seconds each)
+UNITS = "tests/gates/test_gates_units.py::"
+SPEED = "tests/gates/test_speed.py::"
 MODULES: dict[str, list[str]] = {
     "engine/lanes/policy.py": ["tests/engine/test_scheduler.py", "tests/engine/test_policy.py"],
     "engine/lanes/sampling.py": [
@@ -34,11 +37,25 @@ MODULES: dict[str, list[str]] = {
     "engine/kv/plan.py": ["tests/engine/test_kv_codec.py", "tests/engine/test_kv_plan.py"],
     "engine/kv/codec.py": ["tests/engine/test_kv_codec.py"],
     "engine/serve/openai.py": ["tests/engine/test_openai_request.py"],
+    "engine/serve/schema.py": ["tests/engine/test_openai_request.py"],  # what to_request checks
     "engine/config.py": ["tests/engine/test_config.py"],
-    "gates/checks/equality.py": ["tests/gates/test_gates_units.py", "tests/gates/test_checks.py"],
-    "gates/store.py": ["tests/gates/test_store_keys.py"],  # arm_key, fingerprint
+    "gates/checks/equality.py": [
+        *(UNITS + t for t in ("test_first_difference", "test_compare_counts_and_divergence")),
+        *(UNITS + t for t in ("test_compare_error_on_one_side_and_missing_reply",)),
+        UNITS + "test_decoder_from_tokenizer_json",
+        "tests/gates/test_equality_mutants.py",
+    ],
+    "gates/store.py": ["tests/gates/test_store_keys.py", "tests/gates/test_store_mutants.py"],
     "gates/matrix.py": ["tests/gates/test_gates_matrix.py", "tests/gates/test_gates_validate.py"],
-    "gates/speed/stats.py": ["tests/gates/test_speed.py"],
+    "gates/speed/stats.py": [  # test_speed's end-to-end runs (20-50 s each) are left out
+        *(SPEED + t for t in ("test_clear_cpu_shift_is_slower", "test_faster_and_equivalent")),
+        *(SPEED + t for t in ("test_pairing_cancels_the_machines_drift", "test_holm_and_looks")),
+        *(SPEED + t for t in ("test_noisy_is_inconclusive", "test_few_blocks_give_no_interval")),
+        *(SPEED + t for t in ("test_small_shift_needs_min_effect", "test_outliers_flag_unstable")),
+        SPEED + "test_a_loss_past_the_tolerance_is_slower_small_never_equivalent",
+        SPEED + "test_equivalent_only_inside_the_tolerance",
+        "tests/gates/test_stats_values.py",
+    ],
     "gates/speed/estimate.py": ["tests/gates/test_speed.py", "tests/gates/test_speed_estimate.py"],
 }
 
@@ -46,8 +63,6 @@ MODULES: dict[str, list[str]] = {
 SCOPE: dict[str, list[str]] = {
     "engine/serve/openai.py": [  # request parsing; the response shapes are the server's tests'
         "engine.serve.openai.x_to_request__mutmut_*",
-        "engine.serve.openai.x__refuse_unsupported__mutmut_*",
-        "engine.serve.openai.xǁUnsupportedǁ__init____mutmut_*",
     ],
 }
 
@@ -58,12 +73,6 @@ EQUIVALENT: dict[str, str] = {
     "engine.kv.codec.x_encode__mutmut_31": "frexp of a finite float32 <= 128: exp - 8 < 127",
     "engine.kv.codec.x_decode__mutmut_10": "code * 2**exp rounds once, in float64 or float32",
     "engine.kv.plan.xǁPagePlanǁ_cached_prefix__mutmut_3": "paging off: the cache is empty",
-    "engine.serve.openai.x__refuse_unsupported__mutmut_2": "get('n', None): None is allowed too",
-    "engine.serve.openai.x__refuse_unsupported__mutmut_4": "get('n'): None is allowed too",
-    "engine.serve.openai.x__refuse_unsupported__mutmut_19": "get('best_of', None): None allowed",
-    "engine.serve.openai.x__refuse_unsupported__mutmut_21": "get('best_of'): None is allowed too",
-    "engine.serve.openai.x_to_request__mutmut_68": "bool(get('stream', None)) is False too",
-    "engine.serve.openai.x_to_request__mutmut_70": "bool(get('stream')) is False too",
     "gates.speed.estimate.x__costs__mutmut_8": "check_run refuses action lists of unequal length",
     "gates.speed.estimate.x__costs__mutmut_12": "check_run refuses action lists of unequal length",
     "gates.speed.estimate.x__costs__mutmut_15": "check_run refuses action lists of unequal length",
@@ -78,6 +87,37 @@ EQUIVALENT: dict[str, str] = {
     "engine.lanes.sampling.x_uniforms__mutmut_22": "astype(None) is astype(float64)",
     "engine.lanes.sampling.x_sample__mutmut_22": "astype(None) is astype(float64)",
     "engine.lanes.sampling.x_logit_hash__mutmut_11": "an 8-byte hexdigest has 16 chars: [:17]",
+    "engine.serve.openai.x_to_request__mutmut_98": "bool(get('stream', None)) is False too",
+    "engine.serve.openai.x_to_request__mutmut_100": "bool(get('stream')) is False too",
+    "gates.speed.stats.x__unstable__mutmut_4": "no float MAD m makes 1.4826 * m exactly 0.05",
+    "gates.speed.stats.x_cell__mutmut_10": "the trimmed mean of no blocks is nan too",
+    "gates.speed.stats.x_holm__mutmut_11": "every entry of out is written over",
+    "gates.speed.stats.x_interval__mutmut_6": "every d is d[0] in that branch",
+    "gates.speed.stats.x_interval__mutmut_8": "every d is d[0] in that branch",
+    "gates.speed.stats.x_interval__mutmut_12": "vectorized=None: scipy sees _center's axis",
+    "gates.speed.stats.x_interval__mutmut_19": "vectorized left out: scipy sees _center's axis",
+    "gates.speed.stats.x_interval__mutmut_21": "confidence_level left out: 0.95 is the default",
+    "gates.speed.stats.x_interval__mutmut_25": "vectorized=False: the same means, one call each",
+    "gates.speed.stats.x_interval__mutmut_27": "scipy lower-cases method=",
+    "gates.speed.stats.x_signed_rank__mutmut_8": "two-sided is wilcoxon's default",
+    "gates.speed.stats.x_signed_rank__mutmut_10": "scipy lower-cases alternative=",
+    "gates.speed.stats.x_verdicts__mutmut_18": "holm gives one p per cell: strict never fires",
+    "gates.speed.stats.x_verdicts__mutmut_21": "holm gives one p per cell: strict never fires",
+    "gates.speed.stats.x_verdicts__mutmut_23": "holm gives one p per cell: strict never fires",
+    "gates.checks.equality.x__bits_diff__mutmut_70": "[None] * (i + 2) has None at i too",
+    "gates.checks.equality.x__bits_diff__mutmut_80": "[None] * (i + 2) has None at i too",
+    "gates.checks.equality.x_compare__mutmut_122": "client.difference is pure; unread then",
+    "gates.checks.equality.x_first_difference__mutmut_4": "zip's strict=None is False",
+    "gates.checks.equality.x_first_difference__mutmut_7": "zip's strict defaults to False",
+    "gates.store.x_hash_file__mutmut_13": "read(None): one chunk, the same sha256",
+    "gates.store.x_hash_file__mutmut_15": "2 MiB chunks: the same sha256",
+    "gates.store.x_hash_file__mutmut_16": "2 MiB chunks: the same sha256",
+    "gates.store.x_write_atomic__mutmut_17": "umask(1) is undone before any file is made",
+    "gates.store.xǁStoreǁget__mutmut_6": '"" is not a dict either: the same miss',
+    "gates.store.xǁStoreǁput__mutmut_12": "the temporary's suffix is read by nothing",
+    "gates.store.xǁStoreǁput__mutmut_15": "the temporary's suffix is read by nothing",
+    "gates.store.xǁStoreǁput__mutmut_18": "the temporary's suffix is read by nothing",
+    "gates.store.xǁStoreǁput__mutmut_19": "the temporary's suffix is read by nothing",
 }
 
 KILLED = {1, 3}
@@ -132,7 +172,7 @@ def tally(where: Path, module: str) -> dict[str, list[str]]:
 
 
 def run_one(module: str, jobs: int) -> dict[str, list[str]]:
-    tests = [t for t in MODULES[module] if (ROOT / t).exists()]
+    tests = [t for t in MODULES[module] if (ROOT / t.split("::")[0]).exists()]
     if not tests:  # mutmut would run the whole suite per mutant
         raise SystemExit(f"mutation: error: {module}: none of its tests exist")
     where = prepare(module, tests)
@@ -158,7 +198,7 @@ def changed(ref: str) -> list[str]:
     names = subprocess.run(
         ["git", "diff", "--name-only", f"{ref}...HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.split()
-    return [m for m in MODULES if m in names or any(t in names for t in MODULES[m])]
+    return [m for m in MODULES if m in names or any(t.split("::")[0] in names for t in MODULES[m])]
 
 
 def main(argv: list[str] | None = None) -> int:
