@@ -63,6 +63,12 @@ def _margin(reply: dict[str, Any], i: int) -> float | None:
     return None
 
 
+def _hash(reply: dict[str, Any], i: int) -> str | None:
+    """The i-th logit hash, None where the list is missing or ends before i (one too few)."""
+    h = reply.get("logit_hashes")
+    return h[i] if isinstance(h, list) and i < len(h) else None
+
+
 def _diff(
     rid: str,
     ra: dict[str, Any],
@@ -142,8 +148,7 @@ def _bits_diff(
     if field_name != "embedding" and i is not None:
         d["a_margin"], d["b_margin"] = _margin(ra, i), _margin(rb, i)
         if field_name == "logit_hashes":
-            d["a_hash"] = (ra.get("logit_hashes") or [None] * (i + 1))[i]
-            d["b_hash"] = (rb.get("logit_hashes") or [None] * (i + 1))[i]
+            d["a_hash"], d["b_hash"] = _hash(ra, i), _hash(rb, i)
         d["a_ids"] = ids[i : i + WINDOW]
         if decode is not None:
             d["a_text"] = decode(d["a_ids"])

@@ -358,3 +358,19 @@ def test_hash_dir_by_hand(tmp_path) -> None:
     assert store.hash_file(tmp_path / "c") == sha["z"]
     lines = f"a.txt\0{sha['1']}\nb/y\0{sha['2']}\nc\0{sha['z']}\n"
     assert store.hash_dir(tmp_path) == hashlib.sha256(lines.encode()).hexdigest()
+
+
+def test_a_failed_atomic_write_leaves_no_temporary(tmp_path: Path, monkeypatch) -> None:
+    # A write that fails half way (here: the rename; a full disk in real life) keeps the old
+    # file and leaves no .tmp- file behind in the cache folder.
+    target = tmp_path / "receipt.md"
+    target.write_text("old")
+
+    def refuse(src: object, dst: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store.os, "replace", refuse)
+    with pytest.raises(OSError):
+        store.write_atomic(target, "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["receipt.md"]
+    assert target.read_text() == "old"
