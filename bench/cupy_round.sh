@@ -8,7 +8,7 @@
 #    (ids, margins, logit hashes, finish reasons);
 # 3. bench/cupy_speed.py, base then head (and compiled transformers with --transformers);
 # 4. `python -m engine bench --backend cupy --parallel 1,8`, base then head, on the tiny
-#    fixture and on synthetic:qwen3-0.6b.
+#    fixture and on synthetic:qwen3-0.6b (BENCH_MODELS, BENCH_PROMPTS, BENCH_SIDES below).
 # 5. with ROUND_PARTS=1, bench/cupy_rounds.py on the head: a bench run's actions and parts;
 #    with ROUND_HOST=1, bench/cupy_host.py on both sides: a step's host time by function.
 # HEAD_ENV (e.g. ENGINE_CUPY_TILE_CALLS=1) is set for every head-side command.
@@ -30,7 +30,7 @@ lap "synthetic weights ready"
 
 # the tests and both sides' replies do not depend on timing: they run side by side
 env $HEAD_ENV python3 -m pytest -q -p no:cacheprovider tests/engine/test_cupy_backend.py \
-    tests/engine/test_cupy_options.py tests/conformance -k cupy >"$OUT/tests.log" 2>&1 &
+    tests/engine/test_cupy_options.py tests/engine/test_cupy_greedy.py tests/conformance -k cupy >"$OUT/tests.log" 2>&1 &
 tests=$!
 pids=()
 for side in base head; do
@@ -78,14 +78,20 @@ for side in ${SPEED_SIDES:-base head}; do
     lap "cupy_speed $tag rc=$?"
 done
 
-for model in fixtures/models/tiny-qwen3 $M; do
-    for side in base head; do
-        dir=$BASE; senv=ENGINE_ROUND_SIDE=base
-        [ $side = head ] && dir=$HEAD && senv=$HEAD_ENV
-        tag=$(basename "$model" | tr ':' '-')
-        (cd "$dir" && env $senv python3 -m engine bench --backend cupy --model "$model" --parallel 1,8 \
-            --json) >"$OUT/bench-$tag-$side.json" 2>"$OUT/bench-$tag-$side.log"
-        lap "bench $tag $side rc=$?"
+# BENCH_MODELS, BENCH_PROMPTS (prompt tokens), BENCH_SIDES (head-nohash: the head with
+# ENGINE_LOGIT_HASHES=0) pick the benches
+for model in ${BENCH_MODELS:-fixtures/models/tiny-qwen3 $M}; do
+    for prompt in ${BENCH_PROMPTS:-128}; do
+        for side in ${BENCH_SIDES:-base head}; do
+            dir=$BASE; senv=ENGINE_ROUND_SIDE=base
+            [ $side != base ] && dir=$HEAD && senv=$HEAD_ENV
+            [ $side = head-nohash ] && senv="$HEAD_ENV ENGINE_LOGIT_HASHES=0"
+            tag=$(basename "$model" | tr ':' '-')-p$prompt
+            (cd "$dir" && env $senv python3 -m engine bench --backend cupy --model "$model" \
+                --parallel 1,8 --prompt-tokens "$prompt" --json) \
+                >"$OUT/bench-$tag-$side.json" 2>"$OUT/bench-$tag-$side.log"
+            lap "bench $tag $side rc=$?"
+        done
     done
 done
 
@@ -126,5 +132,6 @@ for f in sorted(out.glob("bench-*.json")):
         continue
     print(f"  {f.stem:<34}" + "  ".join(
         f"{r['parallel']}: {r['decode_tok_s']:8.1f} ({r['decode_cpu_s_per_token'] * 1e3:.2f} ms cpu/tok)"
-        for r in sweep))
+        for r in sweep) + (f"  ratio {sweep[-1]['decode_tok_s'] / sweep[0]['decode_tok_s']:.2f}x"
+                           if len(sweep) > 1 and sweep[0]['decode_tok_s'] else ""))
 EOF

@@ -13,12 +13,13 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.draft.base import Drafter, NoDrafter
+from engine.errors import InputError
 from engine.kv import budget
 from engine.kv.plan import PagePlan
 from engine.lanes import calibrate, policy
 from engine.lanes.clock import Clock, RealClock
 from engine.lanes.request import Request
-from engine.lanes.sampling import logit_hash, logit_hashes, margin, sample
+from engine.lanes.sampling import device_greedy, logit_hash, logit_hashes, margin, sample
 from engine.lanes.stream import Stream
 from engine.model.qwen3 import Segment
 
@@ -69,6 +70,16 @@ class Engine:
         self._ended: list[int] = []  # sids finished since the last event
         self.stats = {"prefill_tokens": 0, "decode_tokens": 0, "rounds": 0, "steps": 0}
         self._slowdown = calibrate.slowdown()  # ENGINE_CALIBRATE_SLOWDOWN; 0 = off
+        self._hashes = self._logit_hashes_on(cfg.flags)
+
+    @staticmethod
+    def _logit_hashes_on(flags: dict[str, str]) -> bool:
+        """ENGINE_LOGIT_HASHES=0: streams carry no logit hashes (a bench needs none, and a
+        hash needs the whole logits row on the host); unset or 1: every token has one."""
+        value = flags.get("ENGINE_LOGIT_HASHES", "1")
+        if value not in ("0", "1"):
+            raise InputError(f"ENGINE_LOGIT_HASHES: expected 0 or 1, got '{value}'")
+        return value == "1"
 
     def _check_memory(self, model: Any, cfg: EngineConfig, rows: int) -> None:
         """Refuse a plan whose KV memory cannot fit, before anything is allocated."""
@@ -288,7 +299,7 @@ class Engine:
             s.embedding = out.hidden[-1].copy()
             self._finish(s, "stop")
             return
-        self._emit(s, [out.logits[0]], [], out)
+        self._emit(s, out.logits[:1], [], out)
 
     def _round(self, streams: list[Stream]) -> None:
         segs, drafts = [], []
@@ -305,24 +316,27 @@ class Engine:
         outs = self.model.forward(segs, self.kv, self.drafter.taps)
         self.stats["rounds"] += 1
         absorbs: list[tuple[Stream, Any, int, list[int]]] = []
-        firsts = logit_hashes([out.logits[0] for out in outs])  # every stream emits row 0
+        firsts: list[str | None] = [None] * len(outs)
+        if self._hashes:  # every stream emits row 0
+            firsts = list(logit_hashes([np.asarray(out.logits[0]) for out in outs]))
         for s, seg, out, d, h in zip(streams, segs, outs, drafts, firsts, strict=True):
             s.rounds += 1
             self.stats["decode_tokens"] += len(seg.tokens)
-            self._emit(s, list(out.logits), d, out, absorbs, h)
+            self._emit(s, out.logits, d, out, absorbs, h)
         if absorbs:  # the drafter takes the round's verified rows in one batch
             self.drafter.absorb_many(absorbs)
 
     def _emit(
         self,
         s: Stream,
-        logits: list[np.ndarray],
+        logits: Any,
         drafts: list[int],
         out: Any,
         absorbs: list[tuple[Stream, Any, int, list[int]]] | None = None,
         first_hash: str | None = None,
     ) -> None:
-        """Sample from each logits row in order; keep drafts while they equal the sample.
+        """Sample from each row of logits [k, V] in order; keep drafts while they equal the
+        sample. Greedy rows left on the device are picked there (`device_greedy`).
 
         The token sampled from row i sits at absolute position len(tokens) + i, which keys
         its sampling, so drafted and plain decoding draw the same token.
@@ -333,11 +347,20 @@ class Engine:
         # past it, so a drafted reply holds the tokens of the plain one
         limit = min(s.req.max_tokens, s.req.cancel_after or s.req.max_tokens)
         emitted: list[int] = []
-        for i, row in enumerate(logits):
-            tok = sample(row, s.req.temperature, s.req.seed, len(s.tokens) + i)
+        picks = device_greedy(logits) if s.req.temperature <= 0 else None
+        for i in range(len(logits)):
+            if picks is None:
+                row = np.asarray(logits[i])
+                tok = sample(row, s.req.temperature, s.req.seed, len(s.tokens) + i)
+                s.margins.append(margin(row))
+            else:
+                tok = picks[0][i]
+                s.margins.append(picks[1][i])
             emitted.append(tok)
-            s.margins.append(margin(row))
-            s.logit_hashes.append(first_hash if i == 0 and first_hash else logit_hash(row))
+            if self._hashes:
+                s.logit_hashes.append(
+                    first_hash if i == 0 and first_hash else logit_hash(logits[i])
+                )
             if tok in stops or len(s.generated) + len(emitted) >= limit:
                 break
             if i >= len(drafts) or tok != drafts[i]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -48,10 +49,22 @@ def margin(logits: np.ndarray) -> float:
     return float(row[i] - second)
 
 
+def device_greedy(logits: Any) -> tuple[list[int], list[float]] | None:
+    """The greedy token (`sample` at temperature 0) and `margin` of each row of [k, V]
+    logits that stay on the device (a backend's array-like with `greedy()`, e.g.
+    engine/ops/cupy_rows.py): both computed there by the same rule, only they sent back.
+    None for host rows: the caller takes `sample` and `margin` row by row."""
+    on_device = getattr(logits, "greedy", None)
+    if on_device is None:
+        return None
+    ids, margins = on_device()
+    return [int(i) for i in ids], [float(m) for m in margins]
+
+
 def logit_hash(logits: np.ndarray) -> str:
     """16 hex chars of blake2b (8 bytes) over the row as contiguous float32 bytes: equal
     hashes mean bit-equal logits, which a greedy token alone does not show."""
-    data = np.ascontiguousarray(logits, dtype=np.float32).tobytes()
+    data = np.ascontiguousarray(np.asarray(logits), dtype=np.float32).tobytes()
     return hashlib.blake2b(data, digest_size=8).hexdigest()[:16]
 
 

@@ -142,13 +142,15 @@ class Ops(Protocol):
         inputs: dict[str, np.ndarray],
         body: Callable[[Any, dict[str, Array]], tuple[Array, ...]],
         take: np.ndarray,
-    ) -> tuple[np.ndarray, ...] | None:
+    ) -> tuple[Any, ...] | None:
         """Rows `take` of each output of body(owner, inputs on the device), on the host, run
         as one fused call (cupy: a CUDA graph captured at the first call for (owner, key),
         replayed after) with the bits of running body eagerly, or None where the backend has
         none (the caller then runs eagerly). The inputs' shapes are fixed per key; the body
         may read only them, owner and what the caller keeps alive; the backend keeps what it
-        captured no longer than owner."""
+        captured no longer than owner. An output may come back as an array-like that reads
+        as the host array but stays on the device until read (cupy: wide rows such as logits,
+        with `greedy()`: engine/ops/cupy_rows.py)."""
         ...
 
     def moe_in_graph(self, moe: Any) -> bool:

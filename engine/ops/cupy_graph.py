@@ -24,7 +24,11 @@ import cupy as cp
 import cupyx
 import numpy as np
 
+from engine.ops.cupy_rows import DeviceRows, RowBlock
+
 PINNED_BYTES = 1 << 16  # outputs this large come back through page-locked memory
+# outputs whose rows are this wide (logits) stay on the device until read (cupy_rows.py)
+DEVICE_ROW_BYTES = 1 << 16
 Body = Callable[[Any, dict[str, Any]], tuple[Any, ...]]
 
 
@@ -89,11 +93,12 @@ class StepGraph:
                 cp.cuda.set_allocator(pool.malloc)
         self.keep = keep
 
-    def rows_to_host(self, take: np.ndarray) -> tuple[np.ndarray, ...]:
+    def rows_to_host(self, take: np.ndarray) -> tuple[Any, ...]:
         """Rows `take` of each output, gathered and copied on the graph's stream after its
-        replay. A large one (logits) lands in page-locked memory, so the copy runs at full
-        PCIe speed, and is handed out as it is: a fresh buffer of CuPy's pinned pool each
-        step, which takes the last one back once nobody holds its rows."""
+        replay. Wide rows (logits) are copied on the device only: a DeviceRows, read on the
+        host only if asked (cupy_rows.py). Another large one lands in page-locked memory, so
+        the copy runs at full PCIe speed, and is handed out as it is: a fresh buffer of
+        CuPy's pinned pool each step, which takes the last one back once nobody holds it."""
         take = np.asarray(take, dtype=np.int64)
         k = len(take)
         prefix = bool(np.array_equal(take, np.arange(k)))  # decode: the first k rows
@@ -102,6 +107,10 @@ class StepGraph:
             idx = None if prefix else cp.asarray(take)
             for out in self.out:
                 part = out[:k] if prefix else out[idx]
+                if k and part.ndim == 2 and part.shape[1] * part.itemsize >= DEVICE_ROW_BYTES:
+                    # a copy: the next replay overwrites the graph's buffer
+                    hosts.append(DeviceRows(RowBlock(part.copy() if prefix else part), 0, k))
+                    continue
                 if part.nbytes >= PINNED_BYTES:
                     host = cupyx.empty_pinned(part.shape, dtype=part.dtype)
                 else:
@@ -139,7 +148,7 @@ class StepGraphs:
         inputs: dict[str, np.ndarray],
         body: Body,
         take: np.ndarray,
-    ) -> tuple[np.ndarray, ...]:
+    ) -> tuple[Any, ...]:
         """Rows `take` of each of the body's outputs for these inputs, on the host, through
         the graph of (owner, key)."""
         cp.cuda.get_current_stream().synchronize()  # eager work before this step is done

@@ -358,7 +358,7 @@ class CupyOps:
         inputs: dict[str, np.ndarray],
         body: Body,
         take: np.ndarray,
-    ) -> tuple[np.ndarray, ...] | None:
+    ) -> tuple[Any, ...] | None:
         """Rows `take` of each output of body(owner, device copies of inputs), on the host,
         through a CUDA graph captured at the first call for (owner, key) and replayed after
         (cupy_graph.py); None where graphs are off (the caller runs eagerly, same bits)."""

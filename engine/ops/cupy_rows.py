@@ -1,0 +1,187 @@
+"""Logits rows of a captured step left on the GPU until something reads them.
+
+A step's wide output (logits: a vocabulary per row) comes back from `run_graph` as a
+`DeviceRows` over one `RowBlock` (the step's rows, copied out of the graph's buffer on the
+device). Greedy decoding asks only `greedy()` of it: one kernel over every row of the block
+gives each row's argmax and top-1 minus top-2 margin, and only those two numbers a row come
+back. Anything else (a hash, a sampled row, `np.asarray`, `.tobytes()`) copies the whole
+block to the host once, through page-locked memory, and reads it there.
+
+The kernel's rule is the host's (engine/lanes/sampling.py: `np.argmax` and `margin`): the
+largest value, the lowest id among equals, a NaN before any number (the first NaN); the
+margin is top-1 minus the largest value left once that one id is taken out, one float32
+subtraction. One block of GREEDY_THREADS threads per row, a fixed tree, no atomics: the
+order is fixed, and the pair (value, id) is a total order, so the pick is too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cupy as cp
+import cupyx
+import numpy as np
+
+GREEDY_THREADS = 256
+
+_SOURCE = (
+    f"#define GREEDY_T {GREEDY_THREADS}\n"
+    + r"""
+#define NEG_INF __int_as_float(0xff800000)
+// a comes before b: a NaN before a number (the lower id of two NaNs), else the larger, else
+// the lower id
+__device__ __forceinline__ bool first(float a, int ia, float b, int ib) {
+    bool na = isnan(a), nb = isnan(b);
+    if (na || nb) return na && (!nb || ia < ib);
+    return a > b || (a == b && ia < ib);
+}
+// max that keeps a NaN (as numpy's max does)
+__device__ __forceinline__ float nan_max(float a, float b) {
+    return (isnan(a) || a > b) ? a : b;
+}
+extern "C" __global__ void greedy_rows(const float* __restrict__ x, long long cols,
+                                       int* __restrict__ ids, float* __restrict__ margins) {
+    __shared__ float top[GREEDY_T];
+    __shared__ int at[GREEDY_T];
+    __shared__ float rest[GREEDY_T];
+    const float* row = x + (long long)blockIdx.x * cols;
+    int t = threadIdx.x;
+    float tv = NEG_INF, sv = NEG_INF;
+    int ti = 0x7fffffff;  // loses to any id: a row of -inf still picks id 0
+    for (long long j = t; j < cols; j += GREEDY_T) {
+        float v = row[j];
+        if (first(v, (int)j, tv, ti)) {
+            sv = nan_max(sv, tv);
+            tv = v;
+            ti = (int)j;
+        } else {
+            sv = nan_max(sv, v);
+        }
+    }
+    top[t] = tv; at[t] = ti; rest[t] = sv;
+    __syncthreads();
+    for (int s = GREEDY_T / 2; s > 0; s >>= 1) {
+        if (t < s) {
+            float bv = top[t + s];
+            int bi = at[t + s];
+            float r = nan_max(rest[t], rest[t + s]);
+            if (first(bv, bi, top[t], at[t])) {
+                rest[t] = nan_max(r, top[t]);
+                top[t] = bv;
+                at[t] = bi;
+            } else {
+                rest[t] = nan_max(r, bv);
+            }
+        }
+        __syncthreads();
+    }
+    if (t == 0) {
+        ids[blockIdx.x] = at[0];
+        margins[blockIdx.x] = __fsub_rn(top[0], rest[0]);
+    }
+}
+"""
+)
+
+_KERNEL: Any = None
+
+
+def greedy_device(x: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(argmax ids int64 [k], margins float32 [k]) of the rows of a device float32 [k, V]."""
+    global _KERNEL
+    if _KERNEL is None:
+        _KERNEL = cp.RawModule(code=_SOURCE, options=("-std=c++17",)).get_function("greedy_rows")
+    x = cp.ascontiguousarray(x, dtype=cp.float32)
+    k, cols = x.shape
+    ids = cp.empty(k, dtype=cp.int32)
+    margins = cp.empty(k, dtype=cp.float32)
+    if k:
+        _KERNEL((k,), (GREEDY_THREADS,), (x, np.int64(cols), ids, margins))
+    return ids.get().astype(np.int64), margins.get()
+
+
+class RowBlock:
+    """A step's rows on the device; their host copy and greedy picks, each made once."""
+
+    def __init__(self, dev: Any) -> None:
+        self.dev = dev
+        self._host: np.ndarray | None = None
+        self._greedy: tuple[np.ndarray, np.ndarray] | None = None
+
+    def host(self) -> np.ndarray:
+        if self._host is None:
+            host = cupyx.empty_pinned(self.dev.shape, dtype=self.dev.dtype)
+            self.dev.get(out=host)
+            self._host = host
+        return self._host
+
+    def greedy(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._greedy is None:
+            self._greedy = greedy_device(self.dev)
+        return self._greedy
+
+
+class DeviceRows:
+    """Rows lo..hi of a RowBlock (`single`: the one row lo, as a 1-D array). Reads like the
+    host array it stands for: indexing and slicing stay on the device; everything else
+    (numpy functions, attributes, `==`) reads the host copy."""
+
+    __slots__ = ("block", "lo", "hi", "single")
+
+    def __init__(self, block: RowBlock, lo: int, hi: int, single: bool = False) -> None:
+        self.block, self.lo, self.hi, self.single = block, lo, hi, single
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        cols = int(self.block.dev.shape[1])
+        return (cols,) if self.single else (self.hi - self.lo, cols)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.block.dev.dtype)
+
+    @property
+    def ndim(self) -> int:
+        return 1 if self.single else 2
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: Any) -> Any:
+        if self.single:
+            return self.__array__()[key]
+        n = self.hi - self.lo
+        if isinstance(key, (int, np.integer)):
+            i = int(key) + (n if key < 0 else 0)
+            if not 0 <= i < n:
+                raise IndexError(f"row {key} of {n}")
+            return DeviceRows(self.block, self.lo + i, self.lo + i + 1, single=True)
+        if isinstance(key, slice) and key.step in (None, 1):
+            lo, hi, _ = key.indices(n)
+            return DeviceRows(self.block, self.lo + lo, self.lo + max(lo, hi))
+        return self.__array__()[key]
+
+    def __iter__(self) -> Any:
+        if self.single:
+            return iter(self.__array__())
+        return (self[i] for i in range(len(self)))
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        host = self.block.host()
+        rows = host[self.lo] if self.single else host[self.lo : self.hi]
+        if dtype is not None:
+            return rows.astype(dtype)
+        return rows.copy() if copy else rows
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__array__(), name)
+
+    def __eq__(self, other: object) -> Any:  # type: ignore[override]
+        return self.__array__() == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def greedy(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, margins) of these rows, from one kernel over the block's rows."""
+        ids, margins = self.block.greedy()
+        return ids[self.lo : self.hi], margins[self.lo : self.hi]
