@@ -14,13 +14,20 @@ compares any two manifests of the same matrix, commits and machine:
 * every gate: name, kind, status, counts, cells and entries (diffs, values, notices).
 
 What may differ is left out: wall and CPU times, where an arm ran (``device``, ``argv``,
-``stderr_tail``), whether it came from the cache. One line per difference, then a summary;
-exit 0 when equal, 1 when not, 2 for a file that does not read.
+``stderr_tail``), whether it came from the cache. A file named in a stored result (a test
+drafter's truth file: ``truth/<key>.jsonl`` on the runner, ``ray/assets/<hash>/file.jsonl``
+on a Ray worker) is compared by its content's hash, not its path. A served arm's counters of
+work done (``rounds``, ``steps``, ``decode_tokens``, ``prefill_tokens``) are left out: they
+move with when the server sees each client arrive and hang up (quick's served arms have two
+clients that close their stream after N tokens), while its replies are compared in full.
+One line per difference, then a summary; exit 0 when equal, 1 when not, 2 for a file that
+does not read.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import sys
@@ -31,6 +38,31 @@ from typing import Any
 TIMING = re.compile(r"(^|_)(s|ms)$")
 ARM_FIELDS = ("side", "label", "config", "key", "status", "reason", "dropped", "replies")
 RUN_FIELDS = ("status", "exit_code", "replies", "metrics", "trace")
+SERVED_TIMED = ("rounds", "steps", "decode_tokens", "prefill_tokens")  # a served arm's
+
+
+def located(obj: Any) -> Any:
+    """``obj`` with each absolute path replaced by what it holds: a file by its content's
+    hash, anything else by ``<path>``."""
+    if isinstance(obj, dict):
+        return {k: located(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [located(v) for v in obj]
+    if isinstance(obj, str) and obj.startswith("/") and "\n" not in obj:
+        p = Path(obj)
+        if p.is_file():
+            return f"<file sha256 {hashlib.sha256(p.read_bytes()).hexdigest()[:16]}>"
+        return "<path>"
+    return obj
+
+
+def as_run(stored: dict[str, Any], served: bool) -> dict[str, Any]:
+    """A stored result's fields that a run decides: no timings, files by content, and no
+    served arm's counters of work (see the module's docstring)."""
+    run = located(untimed({f: stored.get(f) for f in RUN_FIELDS}))
+    if served and isinstance(run.get("metrics"), dict):
+        run["metrics"] = {k: v for k, v in run["metrics"].items() if k not in SERVED_TIMED}
+    return run
 
 
 def untimed(obj: Any) -> Any:
@@ -114,8 +146,8 @@ def compare(
                 out.append(f"arm {i}: stored result only in the {'first' if sa else 'second'}")
             elif sa is not None and sb is not None:
                 n["stored"] += 1
-                for f in RUN_FIELDS:
-                    diff(untimed(sa.get(f)), untimed(sb.get(f)), f"arm {i}: stored {f}", out)
+                served = bool((x.get("config") or {}).get("served"))
+                diff(as_run(sa, served), as_run(sb, served), f"arm {i}: stored", out)
     gates_a = {g["name"]: g for g in a.get("gates", [])}
     gates_b = {g["name"]: g for g in b.get("gates", [])}
     diff(list(gates_a), list(gates_b), "gate names", out)

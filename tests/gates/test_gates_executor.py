@@ -132,3 +132,32 @@ def test_compare_an_unreadable_manifest_is_bad_input(tmp_path, capsys):
     assert cmp.main([str(bad), str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "bad.json" in err
+
+
+def test_compare_reads_a_named_file_by_content_and_a_served_arms_counters_not_at_all(tmp_path):
+    """A truth file at two paths with one content is equal, with another content not; a
+    served arm's rounds may differ (when the server saw a hang-up), an offline arm's may not,
+    nor a served arm's pages in use."""
+    from gates.executors import compare as cmp
+
+    a, b, c = (tmp_path / n for n in ("a.jsonl", "b.jsonl", "c.jsonl"))
+    a.write_text('{"id": "x"}\n')
+    b.write_text('{"id": "x"}\n')
+    c.write_text('{"id": "y"}\n')
+
+    def run(truth: Path, rounds: int, pages: int = 0) -> dict:
+        metrics = {"rounds": rounds, "pages_in_use": pages, "config": {"drafter_model": str(truth)}}
+        return {"status": "ok", "wall_s": rounds / 10, "replies": [], "metrics": metrics}
+
+    def found(x: dict, y: dict, served: bool) -> list[str]:
+        out: list[str] = []
+        cmp.diff(cmp.as_run(x, served), cmp.as_run(y, served), "arm", out)
+        return out
+
+    assert found(run(a, 7), run(b, 7), served=False) == []
+    assert [ln.split(":")[0] for ln in found(run(a, 7), run(c, 7), False)] == [
+        "arm.metrics.config.drafter_model"
+    ]
+    assert found(run(a, 7), run(a, 9), served=True) == []
+    assert found(run(a, 7), run(a, 9), served=False) == ["arm.metrics.rounds: 7 != 9"]
+    assert found(run(a, 7), run(a, 7, pages=1), served=True) == ["arm.metrics.pages_in_use: 0 != 1"]
