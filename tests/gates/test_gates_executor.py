@@ -111,7 +111,7 @@ def test_compare_two_equal_runs_then_a_planted_difference_of_each_kind(
     entry.write_text(json.dumps(stored))
     assert cmp.main([str(a), str(b), "--results", str(res_a), str(res_b)]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2 and f"arm {arm['id']}: stored replies[0].ids[" in lines[0], lines
+    assert len(lines) == 2 and f"arm {arm['id']}: stored.replies[0].ids[" in lines[0], lines
     assert cmp.main([str(a), str(b)]) == 0  # without --results the summaries are equal
     capsys.readouterr()
     # planted: a reply summary's token hash, and a gate's verdict
