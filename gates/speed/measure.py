@@ -6,8 +6,10 @@ so that neither side always runs first; ``repeats`` such rounds. Both are pinned
 CPU with the same environment (single-threaded BLAS, no ``ENGINE_*`` from the shell), so
 they meet the same core and the same seconds of the machine: a block is a *pair*, and its
 drift drops out of the head/base ratio. Each block gives one value per side for each cell
-(``estimate``); after ``blocks`` blocks the cells are judged (``stats``), and while a cell
-is inconclusive ``add_blocks`` more run, up to ``max_blocks`` and ``budget_s`` seconds.
+(``estimate``), or with ``sample_per: repeat`` one per repeat (a pair of processes then gives
+``repeats`` pairs, and ``blocks``/``add_blocks``/``max_blocks`` count pairs); after
+``blocks`` the cells are judged (``stats``), and while a cell is inconclusive ``add_blocks``
+more run, up to ``max_blocks`` and ``budget_s`` seconds.
 """
 
 from __future__ import annotations
