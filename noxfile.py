@@ -69,7 +69,8 @@ def ray(session: nox.Session) -> None:
     session.install("-e", ".[dev,ray]")
     args = session.posargs or ["-q", "-n", "0", "-p", "no:randomly"]
     files = ["tests/gates/test_gates_ray.py", "tests/gates/test_gates_executor.py"]
-    session.run("pytest", *files, *args, env={"GATES_RAY_TESTS": "1"})
+    # GATES_RAY_QUICK: also the real quick matrix, local against Ray, arm for arm (20 min here)
+    session.run("pytest", *files, *args, env={"GATES_RAY_TESTS": "1", "GATES_RAY_QUICK": "1"})
 
 
 @nox.session

@@ -71,7 +71,8 @@ def _speed(commits: dict[str, Any], specs: dict[str, Any], kw: dict[str, Any]) -
     sides = {k: worker.checkout(c, ray.get) for k, c in commits.items()}
     pythons = {k: worker.python_for(s) for k, s in specs.items()}
     model = worker.unpack(kw.pop("model"), ray.get)
-    got = run_speed(sides, model, cache=refs.cache_root(), pythons=pythons, **kw)
+    with worker.local_signals():
+        got = run_speed(sides, model, cache=refs.cache_root(), pythons=pythons, **kw)
     return got.to_json()
 
 

@@ -19,6 +19,7 @@ import fcntl
 import io
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -47,6 +48,21 @@ for g in groups:
     except OSError:
         pass
 """
+
+
+@contextlib.contextmanager
+def local_signals() -> Iterator[None]:
+    """SIGINT unblocked in this thread while it starts engines, as in a local run.
+
+    A Ray task's thread has SIGINT blocked, and a blocked signal stays blocked across fork
+    and exec: an ``engine serve`` started from it never got the SIGINT of its clean stop,
+    so each served arm waited 10 s for it and was then SIGKILLed (exit -9; seen on the quick
+    matrix through local Ray, 2026-12-02). Restored afterwards."""
+    old = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def cache() -> Path:
@@ -184,7 +200,7 @@ def run(payload: dict[str, Any], get: Get, device: str | None) -> dict[str, Any]
         runner=served.run_served if payload["served"] else None,
         python=python,
     )
-    with watchdog() as live:
+    with local_signals(), watchdog() as live:
         result = (job.runner or run_arm)(job, live, device)
     return dataclasses.replace(result, device=where(device)).to_json()
 
@@ -196,7 +212,8 @@ def probe_capabilities(commit: dict[str, Any], env_spec: list[str] | None, get: 
         python = python_for(env_spec)
     except (OSError, subprocess.CalledProcessError, envs.EnvError) as e:
         return None, f"a Ray worker could not check the commit out: {e}"
-    return capabilities(wt, refs.cache_root(), python=python)
+    with local_signals():
+        return capabilities(wt, refs.cache_root(), python=python)
 
 
 def facts() -> dict[str, Any]:

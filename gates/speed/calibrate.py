@@ -50,12 +50,20 @@ def summarize(paths: list[str]) -> str:
         speeds = sorted(c.speed for r in runs for c in r.cells if c.metric == DECODE)
         blocks = sorted(r.blocks for r in runs)
         walls = sorted(r.wall_s for r in runs)
+        loads = sorted(
+            x
+            for r in runs
+            for b in r.samples
+            for x in (b.get("load_before"), b.get("load_after"))
+            if x is not None
+        )
+        load = f"; load average {loads[0]:.1f}..{loads[-1]:.1f}" if loads else ""
         mid = f"{speeds[len(speeds) // 2]:.3f}" if speeds else "-"
         span = f"{speeds[0]:.3f}..{speeds[-1]:.3f} (median {mid})" if speeds else "-"
         lines.append(
             f"{path}: plant {recs[0].get('plant', '-')}: {len(slower)}/{len(runs)} tries "
             f"with a slower cell, {n_slow}/{n_cells} cells slower; decode CPU speed {span}; "
-            f"blocks {blocks[0]}..{blocks[-1]}; {walls[0]:.0f}..{walls[-1]:.0f} s"
+            f"blocks {blocks[0]}..{blocks[-1]}; {walls[0]:.0f}..{walls[-1]:.0f} s{load}"
         )
     return "\n".join(lines)
 
@@ -75,6 +83,13 @@ def _parser() -> argparse.ArgumentParser:
         nargs=2,
         metavar=("BASE_DIR", "HEAD_DIR"),
         help="two engine trees (copies) instead of refs: no git needed",
+    )
+    p.add_argument(
+        "--speed",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key of the matrix's speed section (YAML value), e.g. parallel=[1]",
     )
     p.add_argument("--summary", nargs="+", metavar="OUT", help="summarize --out files, run nothing")
     return p
@@ -108,7 +123,7 @@ def _report(
     )
     if a.out:
         rec = {"base": str(sides["base"]), "head": str(sides["head"]), "noop": a.noop}
-        rec.update(plant=a.plant, matrix=a.matrix, tries=i, **got.to_json())
+        rec.update(plant=a.plant, matrix=a.matrix, overrides=a.speed, tries=i, **got.to_json())
         with open(a.out, "a") as f:
             f.write(json.dumps(rec, default=str) + "\n")
     return slower
@@ -126,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     m = matrix.load(root / a.matrix if not Path(a.matrix).is_absolute() else a.matrix)
     if m.speed is None:
         p.error(f"{a.matrix} has no speed section")
+    try:
+        spec = dict(m.speed)
+        measure.override(spec, a.speed)
+    except ValueError as e:
+        p.error(str(e))
     model = Path(m.axes["model"][0])
     model = model if model.is_absolute() else root / model
     cache = Path(os.environ.get("GATES_CACHE", Path.home() / ".cache" / "exact-gates"))
@@ -133,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     any_slower = cells_slower = cells_total = 0
     for i in range(a.tries):
         t0 = time.monotonic()
-        got = measure.run_speed(sides, model, m.axes["backend"][0], m.speed, cache, plant=plant)
+        got = measure.run_speed(sides, model, m.axes["backend"][0], spec, cache, plant=plant)
         if got.status not in (Status.PASS, Status.FAIL):
             print(f"try {i + 1}: {got.status}: {got.reason}", file=sys.stderr)
             return 3

@@ -6,8 +6,10 @@ so that neither side always runs first; ``repeats`` such rounds. Both are pinned
 CPU with the same environment (single-threaded BLAS, no ``ENGINE_*`` from the shell), so
 they meet the same core and the same seconds of the machine: a block is a *pair*, and its
 drift drops out of the head/base ratio. Each block gives one value per side for each cell
-(``estimate``); after ``blocks`` blocks the cells are judged (``stats``), and while a cell
-is inconclusive ``add_blocks`` more run, up to ``max_blocks`` and ``budget_s`` seconds.
+(``estimate``), or with ``sample_per: repeat`` one per repeat (a pair of processes then gives
+``repeats`` pairs, and ``blocks``/``add_blocks``/``max_blocks`` count pairs); after
+``blocks`` the cells are judged (``stats``), and while a cell is inconclusive ``add_blocks``
+more run, up to ``max_blocks`` and ``budget_s`` seconds.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from gates.execute import base_env, has_engine
 from gates.results import Status
 from gates.speed import cpus, estimate, schema, stats
@@ -30,6 +34,7 @@ from gates.speed.results import SpeedCell, SpeedRun, Verdict
 OPEN = (Verdict.INCONCLUSIVE, Verdict.SLOWER_SMALL)
 ORDER = (("base", "head"), ("head", "base"))
 SIDES = ("base", "head")
+SAMPLE_PER = ("block", "repeat")  # what gives one pair of values: a block, or each repeat
 KEEP = ("parallel", "cpu_s", "wall_s", "generated_tokens", "prompt_tokens", *schema.METRICS)
 
 
@@ -80,16 +85,43 @@ def _pair(workers: dict[str, Worker], order: tuple[str, str], n: int, spec: dict
 
 
 def _turns(workers: dict[str, Worker], index: int, spec: dict[str, Any]) -> list[dict]:
-    """The block's timed runs in the order they started, each marked with its side."""
+    """The block's timed runs in the order they started, each marked with its side and
+    its repeat."""
     ran = []
     for k in range(spec["repeats"]):
         for i, n in enumerate(spec["parallel"]):
-            ran += _pair(workers, ORDER[(index + k + i) % 2], n, spec)
+            ran += [{**r, "repeat": k} for r in _pair(workers, ORDER[(index + k + i) % 2], n, spec)]
     return ran
 
 
-def run_block(index: int, start: Callable[[str], Worker], spec: dict[str, Any]) -> dict[str, Any]:
-    """One block: both sides' timed runs, and each cell's value per side."""
+def per_repeat(spec: dict[str, Any]) -> bool:
+    """``sample_per: repeat``: each repeat of a block is a pair of its own (a sample), so one
+    pair of processes (their load and warm-up: most of a block's time on a small machine)
+    gives ``repeats`` samples; ``block`` (the default): one sample per block."""
+    return spec.get("sample_per", "block") == "repeat"
+
+
+def override(spec: dict[str, Any], pairs: list[str]) -> None:
+    """Set ``KEY=VALUE`` pairs (values read as YAML) in a speed section, in place: only its
+    own keys and ``sample_per``, each of its type (calibration: ``--speed``)."""
+    for pair in pairs:
+        key, eq, raw = pair.partition("=")
+        old = spec.get(key, "block" if key == "sample_per" else None)
+        if not eq or old is None:
+            raise ValueError(f"--speed {pair}: expected KEY=VALUE, KEY one of {', '.join(spec)}")
+        value = yaml.safe_load(raw)
+        if isinstance(old, float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if type(value) is not type(old) or (key == "sample_per" and value not in SAMPLE_PER):
+            raise ValueError(f"--speed {pair}: {key} must be a {type(old).__name__}, like {old!r}")
+        spec[key] = value
+
+
+def run_block(
+    index: int, start: Callable[[str], Worker], spec: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """One block: both sides' timed runs, and each cell's value per side; one sample, or
+    (``sample_per: repeat``) one per repeat."""
     t0, load_before = time.monotonic(), _load()
     workers = {s: start(s) for s in SIDES}  # both load at once; loading is not timed
     try:
@@ -105,25 +137,30 @@ def run_block(index: int, start: Callable[[str], Worker], spec: dict[str, Any]) 
     finally:
         for w in workers.values():
             w.close()
-    q = spec["quantile"]
+    wall, load_after = round(time.monotonic() - t0, 2), _load()
 
-    def of(side: str, n: int) -> list[dict[str, Any]]:
-        return [r for r in ran if r["side"] == side and r["parallel"] == n]
+    def values(runs: list[dict[str, Any]]) -> dict[str, list[float]]:
+        return {
+            f"{m}@{n}": [
+                estimate.value(
+                    [r for r in runs if r["side"] == s and r["parallel"] == n], m, spec["quantile"]
+                )
+                for s in SIDES
+            ]
+            for m in spec["metrics"]
+            for n in spec["parallel"]
+        }
 
-    values = {
-        f"{m}@{n}": [estimate.value(of(s, n), m, q) for s in SIDES]
-        for m in spec["metrics"]
-        for n in spec["parallel"]
-    }
-    return {
-        "block": index,
-        "schema": version,
-        "values": values,
-        "wall_s": round(time.monotonic() - t0, 2),
-        "load_before": load_before,
-        "load_after": _load(),
-        "runs": [{k: r[k] for k in ("side", *KEEP) if k in r} for r in ran],
-    }
+    groups = [[r for r in ran if r["repeat"] == k] for k in range(spec["repeats"])]
+    out = []
+    for j, runs in enumerate(groups if per_repeat(spec) else [ran]):
+        sample = {"block": index, "schema": version, "values": values(runs)}
+        if per_repeat(spec):
+            sample["repeat"] = j
+        sample.update(wall_s=wall, load_before=load_before, load_after=load_after)
+        sample["runs"] = [{k: r[k] for k in ("side", *KEEP) if k in r} for r in runs]
+        out.append(sample)
+    return out
 
 
 def judge(samples: list[dict[str, Any]], spec: dict[str, Any], looks: int) -> list[SpeedCell]:
@@ -212,21 +249,23 @@ def _run_speed(
     out.cpu = cpu
     start = _starter(sides, model, backend, spec, cache, plant, pythons, out.cpu)
     out.max_looks = max_looks(spec)
-    target = spec["blocks"]
+    target, ran = spec["blocks"], 0  # samples wanted; blocks run (one sample each, or more)
     while True:
         while len(out.samples) < target:
-            spent, done = time.monotonic() - t0, len(out.samples)
-            if done and spent + spent / done > spec["budget_s"]:
+            spent = time.monotonic() - t0
+            if ran and spent + spent / ran > spec["budget_s"]:
                 out.stopped = "budget"  # the next block would end past it: judge what there is
                 break
             try:
-                out.samples.append(run_block(done, start, spec))
+                out.samples += run_block(ran, start, spec)
             except SampleError as e:
                 out.status, out.reason = Status(e.status), e.reason
                 out.wall_s = round(time.monotonic() - t0, 1)
                 return out
+            ran += 1
             if log:
-                log(f"[gates] speed block {done + 1}/{target} ({time.monotonic() - t0:.0f}s)")
+                got = len(out.samples)
+                log(f"[gates] speed block {ran}: {got}/{target} ({time.monotonic() - t0:.0f}s)")
         out.looks += 1
         out.cells = judge(out.samples, spec, out.max_looks)
         spent, done = time.monotonic() - t0, len(out.samples)
@@ -234,7 +273,7 @@ def _run_speed(
         slower = any(c.verdict is Verdict.SLOWER for c in out.cells)  # failed: a look's
         if slower or not open_cells or done >= spec["max_blocks"] or out.looks >= out.max_looks:
             break  # verdict stands (its alpha is spent), so more blocks cannot undo it
-        if spent + spent / done > spec["budget_s"]:
+        if spent + spent / ran > spec["budget_s"]:
             out.stopped = "budget"  # not even one more block fits
             break
         target = min(spec["max_blocks"], done + spec["add_blocks"])

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_gates
+from gates.executors import compare
 from gates.receipt import schema
 
 ray = pytest.importorskip("ray")
@@ -74,6 +75,8 @@ def test_a_matrix_through_ray_equals_the_local_run(stub_repo, cluster, tmp_path,
     assert code == 1
     assert decided(through_ray) == decided(local)
     assert arm_results(through_ray) == arm_results(local)
+    stores = (tmp_path / "cache" / "results", tmp_path / "ray-runner-cache" / "results")
+    assert compare.compare(local, through_ray, stores)[0] == []  # every stored reply, in full
     assert through_ray["matrix"]["ran"] == local["matrix"]["ran"] > 0
     ran = [a for a in through_ray["arms"] if a.get("status") == "ok"]
     assert ran and all(a["device"].endswith("· CPU") for a in ran)  # the node, in the receipt
@@ -213,3 +216,44 @@ def test_speed_blocks_run_on_one_worker(stub_repo, cluster):
     assert man["speed"]["status"] == "pass"
     assert {c["verdict"] for c in man["speed"]["cells"]} == {"equivalent"}
     assert schema.problems(man) == []
+
+
+@pytest.mark.skipif(
+    not os.environ.get("GATES_RAY_QUICK"),
+    reason="the real quick matrix twice (20 min on the shared 2-core machine): GATES_RAY_QUICK=1",
+)
+def test_the_quick_matrix_through_ray_equals_the_local_run_arm_for_arm(cluster, tmp_path):
+    """This repository's quick matrix (bundled tiny models, the real engine) of HEAD against
+    its parent, run locally and through the local Ray cluster on separate caches (so Ray runs
+    every arm): ``gates.executors.compare`` finds no difference, stored results in full."""
+    out = {}
+    for name, extra in (("local", []), ("ray", ["--executor", "ray", "--address", cluster])):
+        argv = [sys.executable, "-m", "gates", "run", "--base", "HEAD~1", "--head", "HEAD"]
+        argv += ["--matrix", "matrices/quick.yaml", "--quiet", "--out", str(tmp_path / name)]
+        env = {**os.environ, "GATES_CACHE": str(tmp_path / f"cache-{name}")}
+        got = subprocess.run([*argv, *extra], cwd=REPO, env=env, capture_output=True, text=True)
+        assert got.returncode in (0, 1), got.stderr[-2000:]
+        (out[name],) = (tmp_path / name).glob("*.json")
+    stores = [str(tmp_path / f"cache-{n}" / "results") for n in ("local", "ray")]
+    argv = [sys.executable, "-m", "gates.executors.compare", str(out["local"]), str(out["ray"])]
+    got = subprocess.run([*argv, "--results", *stores], cwd=REPO, capture_output=True, text=True)
+    assert got.returncode == 0 and got.stdout.startswith("EQUAL: "), got.stdout[-3000:]
+
+
+def test_an_engine_started_by_a_ray_task_can_be_stopped_with_sigint(cluster):
+    """A Ray task's thread blocks SIGINT and a child inherits the mask: `engine serve` never
+    saw its clean stop (each served arm SIGKILLed after 10 s). worker.local_signals unblocks it."""
+
+    @ray.remote(num_cpus=0)
+    def blocked_in_a_child() -> tuple[bool, bool]:
+        from gates.executors import worker
+
+        def child() -> bool:
+            out = subprocess.run(["grep", "SigBlk", "/proc/self/status"], capture_output=True)
+            return bool(int(out.stdout.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+
+        before = child()
+        with worker.local_signals():
+            return before, child()
+
+    assert ray.get(blocked_in_a_child.remote()) == (True, False)

@@ -1,0 +1,98 @@
+"""``sample_per: repeat`` (a pair of values per repeat, not per block) and ``--speed`` overrides
+of gates.speed.calibrate, on an injected lockstep worker: no clock, no process."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gates import matrix
+from gates.speed import measure
+
+STUB = Path(__file__).parent / "stub_engine"
+DECODE = "decode_cpu_s_per_token"
+
+
+class Counting:
+    """A lockstep worker whose k-th timed run costs (1 + plant) * (1 + k / 100) per token:
+    each repeat of a block costs a known, different amount."""
+
+    starts = itertools.count()
+
+    def __init__(
+        self, argv: list[str], cwd: Path, env: dict[str, str], cpu: int | None, timeout: float
+    ) -> None:
+        next(Counting.starts)
+        self.cost = 1 + float(env.get("ENGINE_CALIBRATE_SLOWDOWN", "0"))
+        self.runs = 0
+
+    def wait_ready(self) -> dict[str, Any]:
+        return {"bench_schema": 2, "ready": True, "machine": {}}
+
+    def unit(self, n: int, turn: int | None = None) -> dict[str, Any]:
+        c = 1e-3 * self.cost * (1 + self.runs / 100)
+        self.runs += 1
+        acts = {"kind": ["short", "round", "round"], "cpu_s": [1e-3, c, c], "rows": [4, n, n]}
+        acts.update(wall_s=acts["cpu_s"], tokens=[0, n, n])
+        return {"parallel": n, "done": True, "actions": acts, DECODE: c}
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def counting(monkeypatch: pytest.MonkeyPatch) -> type[Counting]:
+    monkeypatch.setattr(Counting, "starts", itertools.count())
+    monkeypatch.setattr(measure, "Worker", Counting)
+    return Counting
+
+
+def _spec(**kw: Any) -> dict[str, Any]:
+    base = {"parallel": [1], "metrics": [DECODE], "budget_s": 1e9, "repeats": 4}
+    return matrix.SPEED_DEFAULTS | base | kw
+
+
+def test_each_repeat_is_a_sample_of_its_own(tmp_path, counting):
+    """Three blocks of four repeats: six processes, twelve samples, each repeat's values its
+    own runs' (pooled repeats would give every sample of a block one value: red)."""
+    spec = _spec(sample_per="repeat", blocks=12, add_blocks=0, max_blocks=12)
+    plant = {"ENGINE_CALIBRATE_SLOWDOWN": "0.02"}
+    got = measure.run_speed(
+        {"base": STUB, "head": STUB}, STUB, "numpy", spec, tmp_path, plant=plant
+    )
+    assert next(counting.starts) == 6  # 3 blocks, a base and a head process each
+    assert got.blocks == 12 and [s["block"] for s in got.samples] == [0] * 4 + [1] * 4 + [2] * 4
+    assert [s["repeat"] for s in got.samples] == [0, 1, 2, 3] * 3
+    for s in got.samples:
+        base, head = s["values"][f"{DECODE}@1"]
+        k = s["repeat"]
+        assert base == pytest.approx(1e-3 * (1 + k / 100))
+        assert head == pytest.approx(1.02e-3 * (1 + k / 100))
+        assert len(s["runs"]) == 2 and {r["side"] for r in s["runs"]} == {"base", "head"}
+    (cell,) = got.cells
+    assert cell.speed == pytest.approx(1 / 1.02)
+
+
+def test_by_default_a_block_is_one_sample(tmp_path, counting):
+    spec = _spec(blocks=3, add_blocks=0, max_blocks=3)
+    got = measure.run_speed({"base": STUB, "head": STUB}, STUB, "numpy", spec, tmp_path)
+    assert next(counting.starts) == 6 and got.blocks == 3
+    assert all("repeat" not in s and len(s["runs"]) == 8 for s in got.samples)
+
+
+def test_overrides_are_typed_and_name_the_key():
+    spec = _spec()
+    measure.override(spec, ["parallel=[1]", "min_effect=0", "sample_per=repeat", "blocks=20"])
+    assert (spec["parallel"], spec["min_effect"], spec["sample_per"]) == ([1], 0.0, "repeat")
+    assert spec["blocks"] == 20 and isinstance(spec["min_effect"], float)
+    for bad, says in [
+        ("blockz=3", "KEY one of"),
+        ("blocks", "KEY=VALUE"),
+        ("blocks=many", "blocks must be a int"),
+        ("sample_per=run", "sample_per must be"),
+    ]:
+        with pytest.raises(ValueError, match=says):
+            measure.override(spec, [bad])
