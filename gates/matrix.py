@@ -70,6 +70,7 @@ SPEED_KEYS = {
     "quantile": float,
     "turn": int,
     "timeout": int,
+    "sample_per": str,  # block (one pair a block) or repeat (one pair a repeat; docs/gates.md)
     "runs": int,  # before bench schema 1: runs per side -> blocks = ceil(runs / 2)
     "max_ratio_drop": float,  # before bench schema 1: -> delta
 }
@@ -88,6 +89,7 @@ SPEED_DEFAULTS: dict[str, Any] = {
     "quantile": 0.5,
     "turn": 1,
     "timeout": 600,
+    "sample_per": "block",
 }
 
 
@@ -163,6 +165,7 @@ def _speed(path: Path, raw: Any) -> dict[str, Any] | None:
     if not isinstance(raw, dict):
         raise fail(path, "speed", "a mapping", raw)
     from gates.speed import schema
+    from gates.speed.measure import SAMPLE_PER
 
     out: dict[str, Any] = {**SPEED_DEFAULTS, "metrics": list(schema.DEFAULT_METRICS)}
     for k, v in raw.items():
@@ -192,6 +195,8 @@ def _speed(path: Path, raw: Any) -> dict[str, Any] | None:
     for k in ("blocks", "max_blocks", "prompt_tokens", "gen_tokens", "repeats", "budget_s", "turn"):
         if out[k] < 1:
             raise fail(path, f"speed.{k}", "at least 1", out[k])
+    if out["sample_per"] not in SAMPLE_PER:
+        raise fail(path, "speed.sample_per", f"one of {', '.join(SAMPLE_PER)}", out["sample_per"])
     if out["add_blocks"] < 0:
         raise fail(path, "speed.add_blocks", "at least 0", out["add_blocks"])
     if out["max_blocks"] < out["blocks"]:

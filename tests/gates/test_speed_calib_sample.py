@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gates import matrix
 from gates.speed import measure
 
+ROOT = Path(__file__).resolve().parents[2]
 STUB = Path(__file__).parent / "stub_engine"
 DECODE = "decode_cpu_s_per_token"
 
@@ -96,3 +98,27 @@ def test_overrides_are_typed_and_name_the_key():
     ]:
         with pytest.raises(ValueError, match=says):
             measure.override(spec, [bad])
+
+
+def speed_matrix(tmp_path: Path, **speed: Any) -> Path:
+    """quick.yaml with its speed section's keys replaced by `speed`."""
+    raw = yaml.safe_load((ROOT / "matrices" / "quick.yaml").read_text())
+    raw["speed"] = {k: v for k, v in raw["speed"].items() if k != "sample_per"} | speed
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.mark.parametrize("value", ["repeat", "block"])
+def test_a_matrix_may_ask_for_a_pair_per_repeat(tmp_path: Path, value: str) -> None:
+    assert matrix.load(speed_matrix(tmp_path, sample_per=value)).speed["sample_per"] == value
+
+
+def test_a_matrix_without_sample_per_keeps_a_pair_per_block(tmp_path: Path) -> None:
+    assert matrix.load(speed_matrix(tmp_path)).speed["sample_per"] == "block"
+
+
+@pytest.mark.parametrize("value", ["blocks", "1", 1])
+def test_sample_per_other_than_block_or_repeat_is_refused(tmp_path: Path, value: object) -> None:
+    with pytest.raises(matrix.BadInput, match=r"m\.yaml: speed\.sample_per: expected"):
+        matrix.load(speed_matrix(tmp_path, sample_per=value))
