@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 
 from engine.cli.common import (
     add_engine_flags,
@@ -74,6 +75,13 @@ def run(args: argparse.Namespace) -> int:
     out = reply(stream, tokenizer)
     if stream.finish_reason == "error":
         raise InputError(f"generate: {stream.error}")
+    if cfg.drafter != "none":  # the demo's point: how many drafted tokens were kept
+        share = f" ({100 * stream.accepted / stream.drafted:.0f} %)" if stream.drafted else ""
+        print(
+            f"drafter {cfg.drafter}: {stream.accepted} of {stream.drafted} drafted tokens "
+            f"accepted{share}, {len(stream.generated)} tokens in {stream.rounds} rounds",
+            file=sys.stderr,
+        )
     if args.json:
         out.pop("margins")
         print(json.dumps(out))

@@ -69,3 +69,20 @@ def test_capabilities_lists_what_the_gate_runner_needs():
     assert {"numpy", "fake"} <= set(caps["backends"])
     assert {"bf16", "fp8"} <= set(caps["kv"])
     assert {"none", "mtp", "block", "oracle", "noisy"} <= set(caps["drafters"])
+
+
+def test_a_drafted_generate_says_how_many_drafts_were_kept():
+    got = engine("generate", "--model", TINY, "--prompt", "Return the", "--max-tokens", "32",
+                 "--drafter", "mtp", "--json")  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    out = json.loads(got.stdout)  # stdout stays one JSON object
+    line = (
+        f"drafter mtp: {out['accepted']} of {out['drafted']} drafted tokens accepted "
+        f"({100 * out['accepted'] / out['drafted']:.0f} %), {len(out['ids'])} tokens in "
+    )
+    assert line in got.stderr and out["drafted"] > 0
+
+
+def test_a_plain_generate_says_nothing_of_drafts():
+    got = engine("generate", "--model", TINY, "--prompt", "Return the", "--max-tokens", "4")
+    assert got.returncode == 0 and "drafter" not in got.stderr, got.stderr
