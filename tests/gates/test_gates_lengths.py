@@ -83,3 +83,19 @@ def test_the_rule_judges_an_arm_and_names_the_reply(tmp_path: Path):
     bad = run({"id": "a", "ids": [1, 2, 3, 4, 5], "finish_reason": "length"})
     got = rule.judge(check, {check.arm: bad}, {"p": SET})
     assert got.ok is False and got.problems == ["`a`: 5 tokens, max_tokens 4"]
+
+
+def test_a_resumed_arms_first_turn_keeps_its_own_requests_max_tokens(tmp_path: Path):
+    # A resumed arm first sends each two-turn request's first turn (`c/turn1`), with that
+    # request's max_tokens (2), not the matrix's (4): quick's conv2 failed this way.
+    m = load(tmp_path)
+    two_turn = [{"id": "c", "prompt_ids": [1, 2, 3], "resume_from": 2, "max_tokens": 2}]
+    p = plan.build(m, {"p": two_turn})
+    check = next(c for c in p.checks if c.gate == "replies keep max_tokens")
+    rule = m.gates[1].rule
+    first = {"id": "c/turn1", "ids": [7, 8], "finish_reason": "length"}
+    whole = {"id": "c", "ids": [7, 8], "finish_reason": "length"}
+    assert rule.judge(check, {check.arm: run(first, whole)}, {"p": two_turn}).ok is True
+    over = {"id": "c/turn1", "ids": [7, 8, 9], "finish_reason": "length"}
+    got = rule.judge(check, {check.arm: run(over, whole)}, {"p": two_turn})
+    assert got.ok is False and got.problems == ["`c/turn1`: 3 tokens, max_tokens 2"]

@@ -14,6 +14,7 @@ from typing import Any
 
 from gates.judge.kinds.rule import Gate, Rule, Sets, Source, check_planned_arms
 from gates.planned import Arm, ArmCheck, Check, Plan
+from gates.prompts import requests_for
 from gates.results import ArmRun, CheckOutcome
 
 SHOWN = 3  # replies named in a failing entry; the rest are counted
@@ -54,7 +55,10 @@ class Lengths(Rule):
     def judge(self, check: Check, runs: dict[Arm, ArmRun], sets: Sets) -> CheckOutcome:
         assert isinstance(check, ArmCheck)
         cfg, run = check.arm.config, runs[check.arm]
-        requests = {r["id"]: r for r in sets.get(cfg["prompts"], [])}
+        # the lines the arm was sent, first turns of a resumed arm included (`conv2/turn1`
+        # carries its own request's max_tokens, not the matrix's)
+        sent = requests_for(sets.get(cfg["prompts"], []), cfg["max_tokens"], resumed=True)
+        requests = {r["id"]: r for r in sent}
         found = problems(run, requests, cfg["max_tokens"])
         values = {"replies": len(run.replies)}
         if not found:
