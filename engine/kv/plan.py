@@ -72,19 +72,25 @@ class PagePlan:
                 return page
         raise RuntimeError("page pool exhausted")  # can_open() guards this
 
-    def _cached_prefix(self, prompt: list[int]) -> list[tuple[bytes, int]]:
-        """Cached pages that hold the prompt's prefix, keeping at least one token to feed
-        (so the first step yields logits)."""
+    def prefix_keys(self, prompt: list[int]) -> tuple[bytes, ...]:
+        """The chain keys a prompt's cached prefix may match: its full pages, keeping at
+        least one token to feed (so the first step yields logits). A caller that asks for
+        the same prompt at every step keeps these (the LRU below holds only 1024 prompts)."""
+        return _chain_keys(tuple(prompt[: len(prompt) - 1]), self.page_rows) if self.paging else ()
+
+    def _cached_prefix(
+        self, prompt: list[int], keys: tuple[bytes, ...] | None = None
+    ) -> list[tuple[bytes, int]]:
         found = []
-        for key in self._chain(prompt[: len(prompt) - 1]) if self.paging else []:
+        for key in self.prefix_keys(prompt) if keys is None else keys:
             page = self.cache.get(key)
             if page is None:
                 break
             found.append((key, page))
         return found
 
-    def reusable_rows(self, prompt: list[int]) -> int:
-        return len(self._cached_prefix(prompt)) * self.page_rows
+    def reusable_rows(self, prompt: list[int], keys: tuple[bytes, ...] | None = None) -> int:
+        return len(self._cached_prefix(prompt, keys)) * self.page_rows
 
     def open(self, rows: int, prompt: list[int]) -> LaneRun:
         """Take a lane and pages for `rows` rows, reusing cached pages of the prompt's prefix."""

@@ -186,9 +186,9 @@ class Engine:
                 raise RuntimeError("scheduler idle with live streams that cannot run")
             self.clock.sleep_until(self.t0 + self.waiting[0].req.arrival)
             return True
-        for v in views:
+        for s, v in zip(self.live, views, strict=True):
             if v.phase != "decoding" and v.id != action.stream:  # prompts age
-                self._by_sid(v.id).passed_over += 1
+                s.passed_over += 1
         debt = self.state.debt
         start = self.clock.now()
         self._rows = 0
@@ -229,7 +229,9 @@ class Engine:
 
     def _view(self, s: Stream) -> policy.StreamView:
         if s.run is None:  # a resumed prompt whose uncached rest fits one step is short
-            rest = s.prompt_len - self.plan.reusable_rows(s.req.prompt_ids)
+            if s.prefix_keys is None:
+                s.prefix_keys = self.plan.prefix_keys(s.req.prompt_ids)
+            rest = s.prompt_len - self.plan.reusable_rows(s.req.prompt_ids, s.prefix_keys)
             s.long = rest > self.cfg.step_rows
         phase = ("long" if s.long else "short") if s.prefilling else "decoding"
         return policy.StreamView(
@@ -239,7 +241,8 @@ class Engine:
             foreground=s.req.priority == "foreground",
             passed_over=s.passed_over,
             has_lane=s.run is not None,
-            can_open=s.run is not None or self.plan.can_open(self._rows_needed(s)),
+            can_open=s.run is not None
+            or (bool(self.plan.free_lanes) and self.plan.can_open(self._rows_needed(s))),
         )
 
     def _by_sid(self, sid: int) -> Stream:

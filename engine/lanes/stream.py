@@ -30,6 +30,7 @@ class Stream:
     accepted: int = 0
     rounds: int = 0
     cancel_requested: bool = False
+    prefix_keys: tuple[bytes, ...] | None = None  # PagePlan.prefix_keys of the prompt, kept
 
     def choose(self, logits: np.ndarray, position: int) -> int:
         """The token this stream takes from a logits row at absolute ``position``: the
