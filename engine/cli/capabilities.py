@@ -14,7 +14,8 @@ from engine.kv.codec import KV_DTYPES
 # 5: "architectures": the config.json architectures --model loads (Qwen3-MoE from here on)
 # 6: serve reads `stop` strings; refuses unknown fields (400), unknown models (404);
 #    "limits": the largest --parallel and --draft-tokens
-CONTRACT_VERSION = 6
+# 7: logit_hashes are the order-free 64-bit sum hash (a GPU computes it in place), not blake2b
+CONTRACT_VERSION = 7
 
 
 def serve_capabilities() -> dict:

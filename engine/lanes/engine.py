@@ -321,7 +321,7 @@ class Engine:
         absorbs: list[tuple[Stream, Any, int, list[int]]] = []
         firsts: list[str | None] = [None] * len(outs)
         if self._hashes:  # every stream emits row 0
-            firsts = list(logit_hashes([np.asarray(out.logits[0]) for out in outs]))
+            firsts = list(logit_hashes([out.logits[0] for out in outs]))
         for s, seg, out, d, h in zip(streams, segs, outs, drafts, firsts, strict=True):
             s.rounds += 1
             self.stats["decode_tokens"] += len(seg.tokens)

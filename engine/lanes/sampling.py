@@ -4,9 +4,6 @@ token depends only on its row's logits, the seed and its position."""
 
 from __future__ import annotations
 
-import hashlib
-import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -61,23 +58,38 @@ def device_greedy(logits: Any) -> tuple[list[int], list[float]] | None:
     return [int(i) for i in ids], [float(m) for m in margins]
 
 
-def logit_hash(logits: np.ndarray) -> str:
-    """16 hex chars of blake2b (8 bytes) over the row as contiguous float32 bytes: equal
-    hashes mean bit-equal logits, which a greedy token alone does not show."""
-    data = np.ascontiguousarray(np.asarray(logits), dtype=np.float32).tobytes()
-    return hashlib.blake2b(data, digest_size=8).hexdigest()[:16]
+def row_hash_words(rows: np.ndarray) -> np.ndarray:
+    """The 64-bit logit hash of each row of a float32 [k, V] array (docs/contract.md,
+    `logit_hashes`): with w_i the float32 bits of element i, S = sum over i of
+    mix((i << 32) | w_i) mod 2**64, the hash mix(S ^ V). A sum mod 2**64 gives the same bits
+    in any order, so a GPU reduces a row in parallel to the host's value
+    (engine/ops/cupy_rows.py); mix is a bijection, so one changed element always changes S."""
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    k, vocab = rows.shape
+    x = rows.view(np.uint32).astype(np.uint64)
+    x |= np.arange(vocab, dtype=np.uint64) << np.uint64(32)
+    with np.errstate(over="ignore"):  # in place: a 152k row is 1.2 MB a temporary
+        for shift, mul in ((30, _M1), (27, _M2)):
+            x ^= x >> np.uint64(shift)
+            x *= mul
+        x ^= x >> np.uint64(31)
+        return _mix(x.sum(axis=1, dtype=np.uint64) ^ np.uint64(vocab))
 
 
-_POOL: ThreadPoolExecutor | None = None
-_PARALLEL_BYTES = 1 << 16  # rows this large hash on threads (hashlib lets go of the GIL)
+def hash_hex(word: int) -> str:
+    return f"{int(word):016x}"
 
 
-def logit_hashes(rows: list[np.ndarray]) -> list[str]:
-    """logit_hash of each row, on a few threads where there are several large rows (a
-    152k-vocabulary row takes about a millisecond; a round of 8 streams has 8)."""
-    global _POOL
-    if len(rows) < 2 or rows[0].nbytes < _PARALLEL_BYTES:
-        return [logit_hash(r) for r in rows]
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1))
-    return list(_POOL.map(logit_hash, rows))
+def logit_hash(logits: Any) -> str:
+    """16 hex chars of the row's 64-bit logit hash: equal hashes mean bit-equal logits,
+    which a greedy token alone does not show. A row left on the device is hashed there."""
+    on_device = getattr(logits, "hashes", None)
+    if on_device is not None:
+        return hash_hex(on_device()[0])
+    row = np.asarray(logits, dtype=np.float32).reshape(1, -1)
+    return hash_hex(row_hash_words(row)[0])
+
+
+def logit_hashes(rows: list[Any]) -> list[str]:
+    """logit_hash of each 1-D row (a step's rows on the device: one kernel for all)."""
+    return [logit_hash(r) for r in rows]

@@ -4,7 +4,8 @@ A step's wide output (logits: a vocabulary per row) comes back from `run_graph` 
 `DeviceRows` over one `RowBlock` (the step's rows, copied out of the graph's buffer on the
 device). Greedy decoding asks only `greedy()` of it: one kernel over every row of the block
 gives each row's argmax and top-1 minus top-2 margin, and only those two numbers a row come
-back. Anything else (a hash, a sampled row, `np.asarray`, `.tobytes()`) copies the whole
+back. Logit hashes (`hashes()`) come from the same kernel, in the same copy back.
+Anything else (a sampled row, `np.asarray`, `.tobytes()`) copies the whole
 block to the host once, through page-locked memory, and reads it there.
 
 The kernel's rule is the host's (engine/lanes/sampling.py: `np.argmax` and `margin`): the
@@ -39,17 +40,29 @@ __device__ __forceinline__ bool first(float a, int ia, float b, int ib) {
 __device__ __forceinline__ float nan_max(float a, float b) {
     return (isnan(a) || a > b) ? a : b;
 }
-extern "C" __global__ void greedy_rows(const float* __restrict__ x, long long cols,
-                                       int* __restrict__ ids, float* __restrict__ margins) {
+// the logit hash of engine/lanes/sampling.py row_hash_words: a sum mod 2^64, so the tree
+// below gives the host's bits whatever its order
+__device__ __forceinline__ unsigned long long mix64(unsigned long long x) {
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+// one pass over a row: its argmax id and margin, and its logit hash; out[row] = {hash,
+// id | margin bits << 32}, so the host reads all three in one copy
+extern "C" __global__ void scan_rows(const float* __restrict__ x, long long cols,
+                                     unsigned long long* __restrict__ out) {
     __shared__ float top[GREEDY_T];
     __shared__ int at[GREEDY_T];
     __shared__ float rest[GREEDY_T];
+    __shared__ unsigned long long sums[GREEDY_T];
     const float* row = x + (long long)blockIdx.x * cols;
     int t = threadIdx.x;
     float tv = NEG_INF, sv = NEG_INF;
     int ti = 0x7fffffff;  // loses to any id: a row of -inf still picks id 0
+    unsigned long long acc = 0;
     for (long long j = t; j < cols; j += GREEDY_T) {
         float v = row[j];
+        acc += mix64(((unsigned long long)j << 32) | __float_as_uint(v));
         if (first(v, (int)j, tv, ti)) {
             sv = nan_max(sv, tv);
             tv = v;
@@ -58,7 +71,7 @@ extern "C" __global__ void greedy_rows(const float* __restrict__ x, long long co
             sv = nan_max(sv, v);
         }
     }
-    top[t] = tv; at[t] = ti; rest[t] = sv;
+    top[t] = tv; at[t] = ti; rest[t] = sv; sums[t] = acc;
     __syncthreads();
     for (int s = GREEDY_T / 2; s > 0; s >>= 1) {
         if (t < s) {
@@ -72,32 +85,53 @@ extern "C" __global__ void greedy_rows(const float* __restrict__ x, long long co
             } else {
                 rest[t] = nan_max(r, bv);
             }
+            sums[t] += sums[t + s];
         }
         __syncthreads();
     }
     if (t == 0) {
-        ids[blockIdx.x] = at[0];
-        margins[blockIdx.x] = __fsub_rn(top[0], rest[0]);
+        float m = __fsub_rn(top[0], rest[0]);
+        out[2 * blockIdx.x] = mix64(sums[0] ^ (unsigned long long)cols);
+        out[2 * blockIdx.x + 1] = (unsigned long long)(unsigned int)at[0]
+                                  | ((unsigned long long)__float_as_uint(m) << 32);
     }
 }
 """
 )
 
-_KERNEL: Any = None
+_MODULE: Any = None
+
+
+def _kernel(name: str) -> Any:
+    global _MODULE
+    if _MODULE is None:
+        _MODULE = cp.RawModule(code=_SOURCE, options=("-std=c++17",))
+    return _MODULE.get_function(name)
+
+
+def scan_device(x: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(argmax ids int64 [k], margins float32 [k], logit hashes uint64 [k]) of the rows of a
+    device float32 [k, V]: one kernel, one copy back."""
+    x = cp.ascontiguousarray(x, dtype=cp.float32)
+    k, cols = x.shape
+    out = cp.empty((k, 2), dtype=cp.uint64)
+    if k:
+        _kernel("scan_rows")((k,), (GREEDY_THREADS,), (x, np.int64(cols), out))
+    words = out.get()
+    low = (words[:, 1] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    high = (words[:, 1] >> np.uint64(32)).astype(np.uint32)
+    return low.astype(np.int64), high.view(np.float32), words[:, 0].copy()
 
 
 def greedy_device(x: Any) -> tuple[np.ndarray, np.ndarray]:
     """(argmax ids int64 [k], margins float32 [k]) of the rows of a device float32 [k, V]."""
-    global _KERNEL
-    if _KERNEL is None:
-        _KERNEL = cp.RawModule(code=_SOURCE, options=("-std=c++17",)).get_function("greedy_rows")
-    x = cp.ascontiguousarray(x, dtype=cp.float32)
-    k, cols = x.shape
-    ids = cp.empty(k, dtype=cp.int32)
-    margins = cp.empty(k, dtype=cp.float32)
-    if k:
-        _KERNEL((k,), (GREEDY_THREADS,), (x, np.int64(cols), ids, margins))
-    return ids.get().astype(np.int64), margins.get()
+    ids, margins, _ = scan_device(x)
+    return ids, margins
+
+
+def hash_device(x: Any) -> np.ndarray:
+    """The 64-bit logit hash (uint64 [k]) of each row of a device float32 [k, V]."""
+    return scan_device(x)[2]
 
 
 class RowBlock:
@@ -106,7 +140,7 @@ class RowBlock:
     def __init__(self, dev: Any) -> None:
         self.dev = dev
         self._host: np.ndarray | None = None
-        self._greedy: tuple[np.ndarray, np.ndarray] | None = None
+        self._scan: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def host(self) -> np.ndarray:
         if self._host is None:
@@ -115,10 +149,17 @@ class RowBlock:
             self._host = host
         return self._host
 
+    def scan(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, margins, hashes) of every row: greedy and hashes come from one kernel."""
+        if self._scan is None:
+            self._scan = scan_device(self.dev)
+        return self._scan
+
     def greedy(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._greedy is None:
-            self._greedy = greedy_device(self.dev)
-        return self._greedy
+        return self.scan()[:2]
+
+    def hashes(self) -> np.ndarray:
+        return self.scan()[2]
 
 
 class DeviceRows:
@@ -185,3 +226,7 @@ class DeviceRows:
         """(ids, margins) of these rows, from one kernel over the block's rows."""
         ids, margins = self.block.greedy()
         return ids[self.lo : self.hi], margins[self.lo : self.hi]
+
+    def hashes(self) -> np.ndarray:
+        """The logit hash (uint64) of each of these rows, from one kernel over the block."""
+        return self.block.hashes()[self.lo : self.hi]

@@ -55,6 +55,21 @@ def test_kernel_equals_the_host_rule() -> None:
             assert margins[0].tobytes() == want_margin.tobytes(), (len(row), margins[0])
 
 
+def test_hash_kernel_equals_the_host_hash() -> None:
+    """The device's logit hash of every row, alone and as rows of one block, is the
+    host's (engine/lanes/sampling.py row_hash_words)."""
+    import cupy as cp
+
+    from engine.lanes.sampling import row_hash_words
+    from engine.ops.cupy_rows import hash_device
+
+    rows = rows_to_check()
+    for row in rows:
+        assert hash_device(cp.asarray(row[None, :]))[0] == row_hash_words(row[None, :])[0]
+    block = np.stack([r[:600] for r in rows if len(r) >= 600])
+    assert list(hash_device(cp.asarray(block))) == list(row_hash_words(block))
+
+
 def test_kernel_rows_do_not_depend_on_their_neighbours() -> None:
     import cupy as cp
 

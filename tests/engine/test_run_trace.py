@@ -155,7 +155,7 @@ def test_capabilities_list_the_keys_a_run_uses(runs: dict) -> None:
     from engine.lanes.request import Request
 
     caps = capabilities()
-    assert caps["contract"] == 6
+    assert caps["contract"] == 7
     assert caps["architectures"] == ["Qwen3ForCausalLM", "Qwen3MoeForCausalLM"]
     assert {"--virtual-clock", "--trace"} <= set(caps["flags"])
     got = runs["virtual"]
