@@ -286,30 +286,42 @@ def _trunk(
     return final, tapped
 
 
-def _fixed_body(model: Qwen3, kv: KVMemory, dev: dict[str, Array]) -> tuple[Array, Array]:
-    """A fixed-shape step over device inputs (graph_step's): logits and final rows of all."""
+def _fixed_body(
+    model: Qwen3, kv: KVMemory, dev: dict[str, Array], taps: tuple[int, ...] = ()
+) -> tuple[Array, ...]:
+    """A fixed-shape step over device inputs (graph_step's): logits and final rows of all,
+    then the residual rows of each tapped layer."""
 
     def attend_at(li: int) -> Attend:
         return lambda q, k, v: kv.store_attend_fixed(li, dev, q, k, v)
 
-    final, _ = _trunk(model, dev["ids"], dev["cos"], dev["sin"], attend_at)
-    return model.ops.linear(final, model.lm_head), final
+    final, tapped = _trunk(model, dev["ids"], dev["cos"], dev["sin"], attend_at, taps)
+    return (model.ops.linear(final, model.lm_head), final, *(tapped[li] for li in taps))
+
+
+def _contiguous(rows: np.ndarray) -> bool:
+    return len(rows) == 0 or bool(np.array_equal(rows, np.arange(rows[0], rows[0] + len(rows))))
 
 
 def graph_step(
     model: Qwen3, segments: list[Segment], kv: KVMemory, taps: tuple[int, ...] = ()
 ) -> list[SegmentOut] | None:
     """The forward of a step through the backend's captured graphs (`ops.run_graph`), or
-    None where it takes none: taps, more rows than `ops.graph_rows`, a sparse MLP the graph
-    cannot take, a KV memory with no fixed-shape steps. The step runs at its row count
-    rounded up to the row tile (one graph per count); padded rows touch no stream's pages,
-    and logits of every row are computed, those asked for kept (a row's linear bits do not
-    depend on its tile-mates). The body is the eager forward's, so the bits are too."""
+    None where it takes none: more rows than `ops.graph_rows`, a sparse MLP the graph
+    cannot take, a KV memory with no fixed-shape steps, taps with logit rows that are not
+    one run of a segment. The step runs at its row count rounded up to the row tile (one
+    graph per count and taps); padded rows touch no stream's pages, and logits of every row
+    are computed, those asked for kept (a row's linear bits do not depend on its
+    tile-mates). With taps (a drafter's rounds and prompt steps) every row comes back and a
+    segment's logits are a slice of them, on the device. The body is the eager forward's,
+    so the bits are too."""
     ops, cfg = model.ops, model.config
     tile = ops.row_tile
     total = sum(len(s.tokens) for s in segments)
     rows = max(1, -(-total // tile)) * tile
-    if taps or not segments or not ops.graph_rows or rows > max(tile, ops.graph_rows):
+    if not segments or not ops.graph_rows or rows > max(tile, ops.graph_rows):
+        return None
+    if taps and not all(_contiguous(np.asarray(s.logit_rows)) for s in segments):
         return None
     if any(lay.moe is not None and not ops.moe_in_graph(lay.moe) for lay in model.layers):
         return None
@@ -331,12 +343,27 @@ def graph_step(
         need.extend(a + int(j) for j in np.asarray(s.logit_rows, dtype=np.int64))
         bounds.append(len(need))
         a += len(s.tokens)
-    out = ops.run_graph(kv, ("step", id(model), rows), {**inputs, **placed},
-                        lambda owner, dev: _fixed_body(model, owner, dev),
-                        np.asarray(need, dtype=np.int64))  # fmt: skip
+    take = np.arange(total) if taps else np.asarray(need, dtype=np.int64)
+    out = ops.run_graph(kv, ("step", id(model), rows, taps), {**inputs, **placed},
+                        lambda owner, dev: _fixed_body(model, owner, dev, taps), take)  # fmt: skip
     if out is None:
         return None
-    lg, hid = out
+    lg, hid, *tapped = out
+    if taps:  # every row came back: each segment's logit rows, its tapped rows
+        need_at = np.asarray(need, dtype=np.int64)
+        outs, a = [], 0
+        for s, lo, hi in zip(segments, bounds[:-1], bounds[1:], strict=True):
+            first = int(need_at[lo]) if hi > lo else 0
+            outs.append(
+                SegmentOut(
+                    logits=lg[first : first + hi - lo] if hi > lo else None,
+                    hidden=hid[need_at[lo:hi]],
+                    taps={li: t[a : a + len(s.tokens)] for li, t in zip(taps, tapped, strict=True)},
+                    start=s.start,
+                )
+            )
+            a += len(s.tokens)
+        return outs
     return [
         SegmentOut(
             logits=lg[lo:hi] if hi > lo else None,

@@ -229,6 +229,44 @@ def test_graph_decode_equals_eager(tmp_path, monkeypatch, spec) -> None:  # type
                 )
 
 
+def test_graph_with_taps_equals_eager(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A drafter's steps (taps of the last layer and of layer 0) through a graph give the
+    eager forward's logits, hidden rows and tapped rows: prompt steps (logits of the last
+    row, taps of all) and verify rounds of 3 rows a stream (logits of all). Planted: the
+    tapped rows taken at the logit rows only, red."""
+    from engine.model.loader import load_model
+    from engine.model.qwen3 import Segment, graph_step
+
+    monkeypatch.setenv("ENGINE_SYNTHETIC_DIR", str(tmp_path))
+    model = load_model("synthetic:tiny@5", "cupy")
+    taps = (0, model.config.num_layers - 1)
+    rng = np.random.default_rng(4)
+    kvs = [model.new_kv(24, 16, "bf16", lanes=3, lane_rows=128) for _ in range(2)]
+    lanes = [[8 * i + j for j in range(8)] for i in range(3)]
+
+    def check(segs: list) -> None:
+        model.ops.graphs = False
+        eager = model.forward(segs, kvs[0], taps)
+        model.ops.graphs = True
+        graph = graph_step(model, segs, kvs[1], taps)
+        assert graph is not None, "the step did not go through a graph"
+        for a, b in zip(eager, graph, strict=True):
+            assert np.asarray(a.logits).tobytes() == np.asarray(b.logits).tobytes()
+            assert a.hidden.tobytes() == b.hidden.tobytes()
+            assert a.taps.keys() == b.taps.keys() == set(taps)
+            for li in taps:
+                assert a.taps[li].tobytes() == b.taps[li].tobytes()
+
+    for i, n in enumerate((5, 17, 9)):
+        check([Segment(rng.integers(0, 512, n), 0, lanes[i], np.asarray([n - 1]), lane=i)])
+    starts = [5, 17, 9]
+    segs = [
+        Segment(rng.integers(0, 512, 3), starts[i], lanes[i], np.arange(3), lane=i)
+        for i in range(3)
+    ]
+    check(segs)
+
+
 def test_engine_with_graph_decode_equals_eager(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The lanes engine with decode steps through the CUDA graph (the default) replies as
     with every step eager (ENGINE_CUPY_GRAPHS=0), at 1 and 4 lanes, bf16 and fp8, greedy
