@@ -47,7 +47,7 @@ def ours(
     import cupy as cp
 
     from engine.model.loader import load_model
-    from engine.model.qwen3 import Segment
+    from engine.model.qwen3 import Segment, step_key
 
     model = _cached_model(spec, load_model)
     model.ops.graphs = graph  # the forward takes a graph where ops.run_graph gives one
@@ -79,7 +79,7 @@ def ours(
     dense = model.layers[0].moe is None
     extra = {} if graph or not dense else breakdown(model, kv, lanes, context, streams)
     if graph:
-        g = model.ops.step_graph(kv, ("step", id(model), model.ops.row_tile))
+        g = model.ops.step_graph(kv, step_key(model, model.ops.row_tile))
         extra["replay_ms"] = g.replay_ms()
     return {
         **extra,

@@ -299,6 +299,11 @@ def _fixed_body(
     return (model.ops.linear(final, model.lm_head), final, *(tapped[li] for li in taps))
 
 
+def step_key(model: Qwen3, rows: int, taps: tuple[int, ...] = ()) -> tuple:
+    """The key of a step's graph in the backend (`ops.run_graph`, `ops.step_graph`)."""
+    return ("step", id(model), rows, taps)
+
+
 def _contiguous(rows: np.ndarray) -> bool:
     return len(rows) == 0 or bool(np.array_equal(rows, np.arange(rows[0], rows[0] + len(rows))))
 
@@ -344,7 +349,7 @@ def graph_step(
         bounds.append(len(need))
         a += len(s.tokens)
     take = np.arange(total) if taps else np.asarray(need, dtype=np.int64)
-    out = ops.run_graph(kv, ("step", id(model), rows, taps), {**inputs, **placed},
+    out = ops.run_graph(kv, step_key(model, rows, taps), {**inputs, **placed},
                         lambda owner, dev: _fixed_body(model, owner, dev, taps), take)  # fmt: skip
     if out is None:
         return None

@@ -48,10 +48,15 @@ class CupyWeight:
     data: Any
     k: int
     n: int
+    batch: int = 1  # row tiles per GEMM call (cupy_blas.steady_batch); 1: a call a tile
 
     @property
     def shape(self) -> tuple[int, int]:
         return (self.k, self.n)
+
+
+# the most row tiles one GEMM call takes (a 512-row prompt step at tile 8)
+BATCH_TILES = 64
 
 
 def _blocks(total: int, threads: int = 256) -> tuple[int, ...]:
@@ -122,6 +127,7 @@ class CupyOps:
         bits = w.astype(ml_dtypes.bfloat16).view(np.uint16)
         weight = CupyWeight(cp.asarray(bits), k=w.shape[1], n=w.shape[0])
         if self.probe:
+            weight.batch = self.blas.steady_batch(weight.n, weight.k, self.row_tile, BATCH_TILES)
             self.probe_linear(weight)
         return weight
 
@@ -169,10 +175,13 @@ class CupyOps:
             )
         y = cp.empty((padded, w.n), dtype=F32)
         xs, ys = k * 2, w.n * 4  # bytes per row
-        for i in range(0, padded, t):
-            self.blas.gemm_bf16(
-                xb.data.ptr + i * xs, w.data.data.ptr, y.data.ptr + i * ys, t, w.n, k
-            )
+        for i in range(0, padded, t * w.batch):
+            count = min(w.batch, (padded - i) // t)
+            x_ptr, y_ptr = xb.data.ptr + i * xs, y.data.ptr + i * ys
+            if count == 1:
+                self.blas.gemm_bf16(x_ptr, w.data.data.ptr, y_ptr, t, w.n, k)
+            else:
+                self.blas.gemm_bf16_tiles(x_ptr, w.data.data.ptr, y_ptr, t, count, w.n, k)
         return y[:m]
 
     def probe_linear(self, w: CupyWeight) -> None:

@@ -165,6 +165,24 @@ def test_qk_norm_rope_matches_numpy(ops) -> None:  # type: ignore[no-untyped-def
             np.testing.assert_allclose(ops.to_numpy(out), want, rtol=1e-5, atol=1e-5)
 
 
+def test_batched_gemm_keeps_every_tile_bits(ops) -> None:  # type: ignore[no-untyped-def]
+    """Tiles batched into one cuBLAS call (up to the weight's probed `batch`) give the bits
+    of one call per tile, at every row count, on shapes where cuBLAS's batched kernel is
+    and is not the single one (K = 3072: it is not past a few tiles on the H200). Planted:
+    every weight batched at BATCH_TILES without the probe, red."""
+    from engine.ops.cupy_ops import BATCH_TILES, CupyWeight
+
+    rng = np.random.default_rng(11)
+    for n, k in ((1024, 3072), (4096, 1024), (64, 192)):
+        w = ops.prepare_linear(rng.standard_normal((n, k)).astype(np.float32) / np.sqrt(k))
+        assert 1 <= w.batch <= BATCH_TILES
+        single = CupyWeight(w.data, w.k, w.n, batch=1)
+        for rows in (16, 40, 128, 264, 512):
+            x = ops.asarray(rng.standard_normal((rows, k)).astype(np.float32))
+            got, want = ops.to_numpy(ops.linear(x, w)), ops.to_numpy(ops.linear(x, single))
+            assert got.tobytes() == want.tobytes(), (n, k, rows, w.batch)
+
+
 def test_attention_head_dims_match_numpy(ops) -> None:  # type: ignore[no-untyped-def]
     """Each compiled head dim (attend_<kind>_<D>) against numpy, over several key chunks."""
     from engine.ops.numpy_ops import NumpyOps
