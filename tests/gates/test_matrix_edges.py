@@ -1,0 +1,117 @@
+"""The matrix's derived views at their edges: `exclude` patterns, the points they leave, the
+scalars an arm takes, the prompt sets gates ask for and the receipt's column axis.
+
+Written after a mutation run of gates/matrix.py (docs/testing.md) left every mutant of
+`_exclude`, `points`, `arm_keys`, `prompt_sets` and `column_axis` alive: the bundled
+matrices use none of these edges."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gates import BadInput, matrix
+
+GATE = "gates:\n  - name: g\n    across_commits: {}\n"
+
+
+def load(tmp_path: Path, text: str) -> matrix.Matrix:
+    p = tmp_path / "m.yaml"
+    p.write_text(text)
+    return matrix.load(p)
+
+
+def test_exclude_leaves_out_exactly_the_points_that_match_every_axis(tmp_path: Path) -> None:
+    m = load(
+        tmp_path,
+        "model: m\nprompts: p\naxes:\n  kv: [bf16, fp8]\n  parallel: [1, 2, 4]\n"
+        "exclude:\n  - {kv: fp8, parallel: [2, 4]}\n  - {parallel: 1, kv: [bf16]}\n" + GATE,
+    )
+    assert m.exclude == [{"kv": ["fp8"], "parallel": [2, 4]}, {"parallel": [1], "kv": ["bf16"]}]
+    kept = [(p["kv"], p["parallel"]) for p in m.points()]
+    assert kept == [("bf16", 2), ("bf16", 4), ("fp8", 1)]
+    assert all(set(p) == set(matrix.AXES) for p in m.points())
+
+
+def test_without_exclude_every_point_of_the_product_is_kept(tmp_path: Path) -> None:
+    m = load(
+        tmp_path, "model: m\nprompts: p\naxes:\n  kv: [bf16, fp8]\n  parallel: [1, 8]\n" + GATE
+    )
+    assert m.exclude == []
+    assert [(p["kv"], p["parallel"]) for p in m.points()] == [
+        ("bf16", 1), ("bf16", 8), ("fp8", 1), ("fp8", 8),
+    ]  # fmt: skip
+
+
+def test_a_pattern_on_one_axis_excludes_across_the_others(tmp_path: Path) -> None:
+    m = load(
+        tmp_path,
+        "model: m\nprompts: p\naxes:\n  kv: [bf16, fp8]\n  paging: [off, on]\n"
+        "exclude:\n  - {paging: on}\n" + GATE,
+    )
+    assert [(p["kv"], p["paging"]) for p in m.points()] == [("bf16", "off"), ("fp8", "off")]
+
+
+@pytest.mark.parametrize(
+    ("exclude", "key", "expected"),
+    [
+        ("exclude: {kv: fp8}\n", "exclude", "a list of patterns"),
+        ("exclude: [fp8]\n", "exclude[0]", "a non-empty mapping of axis -> values"),
+        ("exclude: [{}]\n", "exclude[0]", "a non-empty mapping of axis -> values"),
+        ("exclude: [{kv: bf16}, {colour: red}]\n", "exclude[1].colour", "an axis (model, "),
+        ("exclude: [{kv: fp4}]\n", "exclude[0].kv", "a value of kv (bf16, fp8)"),
+        ("exclude: [{parallel: [1, 3]}]\n", "exclude[0].parallel", "a value of parallel (1, 2)"),
+        ("exclude: [{kv: []}]\n", "exclude[0].kv", "a non-empty list"),
+    ],
+)
+def test_a_bad_exclude_names_its_pattern_and_axis(
+    tmp_path: Path, exclude: str, key: str, expected: str
+) -> None:
+    text = "model: m\nprompts: p\naxes:\n  kv: [bf16, fp8]\n  parallel: [1, 2]\n" + exclude + GATE
+    with pytest.raises(BadInput) as err:
+        load(tmp_path, text)
+    message = str(err.value)
+    assert f"m.yaml: {key}: expected {expected}" in message, message
+
+
+def test_arm_keys_are_the_engine_knobs_that_are_set() -> None:
+    assert matrix.Scalars().arm_keys() == {"max_tokens": 16, "pages": 256}
+    s = matrix.Scalars(context=0, step_rows=64, share=0.5, timeout=5, columns="kv")
+    assert s.arm_keys() == {
+        "max_tokens": 16, "context": 0, "pages": 256, "step_rows": 64, "share": 0.5,
+    }  # fmt: skip
+
+
+def test_prompt_sets_are_the_axis_then_each_set_a_gate_asks_once(tmp_path: Path) -> None:
+    m = load(
+        tmp_path,
+        "model: m\naxes:\n  prompts: [p, q]\ngates:\n  - name: g\n    across_commits: {}\n"
+        "  - name: h\n    schedule: {prompts: r, parallel: 2, priority_inversions: 0}\n"
+        "  - name: i\n    schedule_across_commits: {prompts: q, parallel: 2}\n"
+        "  - name: j\n    schedule: {prompts: r, parallel: 3, priority_inversions: 0}\n"
+        "  - name: k\n    schedule: {prompts: s, parallel: 2, priority_inversions: 0}\n",
+    )
+    assert m.prompt_sets() == ["p", "q", "r", "s"]
+
+
+@pytest.mark.parametrize(
+    ("axes", "columns", "want"),
+    [
+        ("kv: [bf16]\n  backend: [numpy]", "", None),
+        ("kv: [bf16, fp8]\n  backend: [numpy, mlx]", "", "kv"),
+        ("kv: [bf16]\n  backend: [numpy, mlx]\n  model: [m, n]", "", "backend"),
+        ("kv: [bf16]\n  model: [m, n]\n  prompts: [p, q]", "", "model"),
+        ("kv: [bf16]\n  prompts: [p, q]\n  parallel: [1, 2]", "", "prompts"),
+        ("kv: [bf16]\n  parallel: [1, 2]", "", None),
+        ("kv: [bf16, fp8]", "columns: parallel\n", "parallel"),
+    ],
+)
+def test_the_column_axis_is_the_choice_else_the_first_that_varies(
+    tmp_path: Path, axes: str, columns: str, want: str | None
+) -> None:
+    top = "" if "model:" in axes else "model: m\n"
+    top += "" if "prompts:" in axes else "prompts: p\n"
+    m = load(tmp_path, top + columns + f"axes:\n  {axes}\n" + GATE)
+    assert m.column_axis() == want
+    assert matrix.column_axis(m) == want
