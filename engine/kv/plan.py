@@ -92,14 +92,15 @@ class PagePlan:
     def reusable_rows(self, prompt: list[int], keys: tuple[bytes, ...] | None = None) -> int:
         return len(self._cached_prefix(prompt, keys)) * self.page_rows
 
-    def open(self, rows: int, prompt: list[int]) -> LaneRun:
-        """Take a lane and pages for `rows` rows, reusing cached pages of the prompt's prefix."""
+    def open(self, rows: int, prompt: list[int], keys: tuple[bytes, ...] | None = None) -> LaneRun:
+        """Take a lane and pages for `rows` rows, reusing cached pages of the prompt's prefix
+        (`keys`: its prefix_keys, where the caller kept them)."""
         run = LaneRun(lane=self.free_lanes.pop(0))
         if not self.paging:
             base = run.lane * self.per_lane
             run.pages = list(range(base, base + self.per_lane))
         else:
-            for key, page in self._cached_prefix(prompt):
+            for key, page in self._cached_prefix(prompt, keys):
                 self.cache.move_to_end(key)
                 run.pages.append(page)
             run.reused_rows = len(run.pages) * self.page_rows

@@ -274,7 +274,7 @@ class Engine:
     # ---- actions --------------------------------------------------------------------
     def _prompt_step(self, s: Stream) -> None:
         if s.run is None:
-            s.run = self.plan.open(self._rows_needed(s), s.req.prompt_ids)
+            s.run = self.plan.open(self._rows_needed(s), s.req.prompt_ids, s.prefix_keys)
             s.fed = s.run.reused_rows
             self.kv.open_lane(s.run.lane, s.run.pages, s.run.reused_rows)
         n = min(self.cfg.step_rows, s.rows_left)

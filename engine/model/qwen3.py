@@ -304,29 +304,22 @@ def step_key(model: Qwen3, rows: int, taps: tuple[int, ...] = ()) -> tuple:
     return ("step", id(model), rows, taps)
 
 
-def _contiguous(rows: np.ndarray) -> bool:
-    return len(rows) == 0 or bool(np.array_equal(rows, np.arange(rows[0], rows[0] + len(rows))))
-
-
 def graph_step(
     model: Qwen3, segments: list[Segment], kv: KVMemory, taps: tuple[int, ...] = ()
 ) -> list[SegmentOut] | None:
     """The forward of a step through the backend's captured graphs (`ops.run_graph`), or
     None where it takes none: more rows than `ops.graph_rows`, a sparse MLP the graph
-    cannot take, a KV memory with no fixed-shape steps, taps with logit rows that are not
-    one run of a segment. The step runs at its row count rounded up to the row tile (one
-    graph per count and taps); padded rows touch no stream's pages, and logits of every row
-    are computed, those asked for kept (a row's linear bits do not depend on its
-    tile-mates). With taps (a drafter's rounds and prompt steps) every row comes back and a
-    segment's logits are a slice of them, on the device. The body is the eager forward's,
-    so the bits are too."""
+    cannot take, a KV memory with no fixed-shape steps. The step runs at its row count
+    rounded up to the row tile (one graph per count and taps); padded rows touch no
+    stream's pages, and logits of every row are computed, those asked for kept (a row's
+    linear bits do not depend on its tile-mates). With taps (a drafter's rounds and prompt
+    steps) the hidden and tapped rows of every row come back, the logits only of the rows
+    asked for. The body is the eager forward's, so the bits are too."""
     ops, cfg = model.ops, model.config
     tile = ops.row_tile
     total = sum(len(s.tokens) for s in segments)
     rows = max(1, -(-total // tile)) * tile
     if not segments or not ops.graph_rows or rows > max(tile, ops.graph_rows):
-        return None
-    if taps and not all(_contiguous(np.asarray(s.logit_rows)) for s in segments):
         return None
     if any(lay.moe is not None and not ops.moe_in_graph(lay.moe) for lay in model.layers):
         return None
@@ -348,20 +341,20 @@ def graph_step(
         need.extend(a + int(j) for j in np.asarray(s.logit_rows, dtype=np.int64))
         bounds.append(len(need))
         a += len(s.tokens)
-    take = np.arange(total) if taps else np.asarray(need, dtype=np.int64)
+    need_at = np.asarray(need, dtype=np.int64)
+    # with taps, the hidden and tapped rows of every row come back; logits only where asked
+    take = (need_at, *(np.arange(total),) * (1 + len(taps))) if taps else need_at
     out = ops.run_graph(kv, step_key(model, rows, taps), {**inputs, **placed},
                         lambda owner, dev: _fixed_body(model, owner, dev, taps), take)  # fmt: skip
     if out is None:
         return None
     lg, hid, *tapped = out
-    if taps:  # every row came back: each segment's logit rows, its tapped rows
-        need_at = np.asarray(need, dtype=np.int64)
+    if taps:
         outs, a = [], 0
         for s, lo, hi in zip(segments, bounds[:-1], bounds[1:], strict=True):
-            first = int(need_at[lo]) if hi > lo else 0
             outs.append(
                 SegmentOut(
-                    logits=lg[first : first + hi - lo] if hi > lo else None,
+                    logits=lg[lo:hi] if hi > lo else None,
                     hidden=hid[need_at[lo:hi]],
                     taps={li: t[a : a + len(s.tokens)] for li, t in zip(taps, tapped, strict=True)},
                     start=s.start,

@@ -141,9 +141,10 @@ class Ops(Protocol):
         key: Hashable,
         inputs: dict[str, np.ndarray],
         body: Callable[[Any, dict[str, Array]], tuple[Array, ...]],
-        take: np.ndarray,
+        take: np.ndarray | tuple[np.ndarray, ...],
     ) -> tuple[Any, ...] | None:
-        """Rows `take` of each output of body(owner, inputs on the device), on the host, run
+        """Rows `take` of each output (or take[i] of output i) of body(owner, inputs on the
+        device), on the host, run
         as one fused call (cupy: a CUDA graph captured at the first call for (owner, key),
         replayed after) with the bits of running body eagerly, or None where the backend has
         none (the caller then runs eagerly). The inputs' shapes are fixed per key; the body

@@ -21,6 +21,7 @@ CUBLAS_COMPUTE_32F = 68
 CUBLAS_GEMM_DEFAULT = -1
 OP_N, OP_T = 0, 1
 WORKSPACE_BYTES = 32 << 20
+PROBE_BYTES = 64 << 20  # steady_batch's outputs, each
 
 
 def _loaded_cublas() -> str | None:
@@ -133,27 +134,29 @@ class Cublas:
         )  # fmt: skip
         self._check(status, "cublasGemmStridedBatchedEx")
 
-    def steady_batch(self, n: int, k: int, tile: int, most: int) -> int:
+    def steady_batch(self, w_ptr: int, n: int, k: int, tile: int, most: int) -> int:
         """The largest c <= most such that a batched call of every count b <= c gives each
-        tile the bits of its own cublasGemmEx call, on random bf16 inputs; 1 where none
-        does. cuBLAS picks its kernel by shape and count, not by values: once per (N, K)."""
+        tile the bits of its own cublasGemmEx call, for the weight at w_ptr (bf16 [n, k])
+        and random bf16 rows; 1 where none does. cuBLAS picks its kernel by shape and
+        count, not by values, so this runs once per (N, K); `most` shrinks so that the
+        probe's two outputs stay under PROBE_BYTES each (a 152k vocabulary head: 13)."""
         import cupy
 
+        most = max(1, min(most, PROBE_BYTES // (n * tile * 4)))
         key = (n, k, tile, most)
         if key in self._steady:
             return self._steady[key]
         rs = cupy.random.RandomState(n * 7919 + k)
-        x = rs.standard_normal((most * tile, k), dtype=cupy.float32).view(cupy.uint32) >> 16
-        w = rs.standard_normal((n, k), dtype=cupy.float32).view(cupy.uint32) >> 16
-        x, w = x.astype(cupy.uint16), w.astype(cupy.uint16)
+        bits = rs.standard_normal((most * tile, k), dtype=cupy.float32).view(cupy.uint32)
+        x = (bits >> 16).astype(cupy.uint16)
         want = cupy.empty((most * tile, n), dtype=cupy.float32)
         for t in range(most):
             off = t * tile
-            self.gemm_bf16(x[off:].data.ptr, w.data.ptr, want[off:].data.ptr, tile, n, k)
+            self.gemm_bf16(x[off:].data.ptr, w_ptr, want[off:].data.ptr, tile, n, k)
         got = cupy.empty_like(want)
         best = 1
         for count in range(2, most + 1):
-            self.gemm_bf16_tiles(x.data.ptr, w.data.ptr, got.data.ptr, tile, count, n, k)
+            self.gemm_bf16_tiles(x.data.ptr, w_ptr, got.data.ptr, tile, count, n, k)
             rows = count * tile
             if not bool((got[:rows].view(cupy.uint32) == want[:rows].view(cupy.uint32)).all()):
                 break

@@ -93,20 +93,23 @@ class StepGraph:
                 cp.cuda.set_allocator(pool.malloc)
         self.keep = keep
 
-    def rows_to_host(self, take: np.ndarray) -> tuple[Any, ...]:
-        """Rows `take` of each output, gathered and copied on the graph's stream after its
-        replay. Wide rows (logits) are copied on the device only: a DeviceRows, read on the
-        host only if asked (cupy_rows.py). Another large one lands in page-locked memory, so
-        the copy runs at full PCIe speed, and is handed out as it is: a fresh buffer of
-        CuPy's pinned pool each step, which takes the last one back once nobody holds it."""
-        take = np.asarray(take, dtype=np.int64)
-        k = len(take)
-        prefix = bool(np.array_equal(take, np.arange(k)))  # decode: the first k rows
+    def rows_to_host(self, take: np.ndarray | tuple[np.ndarray, ...]) -> tuple[Any, ...]:
+        """Rows `take` of each output (take[i] of output i, where a tuple), gathered and
+        copied on the graph's stream after its replay. Wide rows (logits) are copied on the
+        device only: a DeviceRows, read on the host only if asked (cupy_rows.py). Another
+        large one lands in page-locked memory, so the copy runs at full PCIe speed, and is
+        handed out as it is: a fresh buffer of CuPy's pinned pool each step, which takes the
+        last one back once nobody holds it."""
+        takes = take if isinstance(take, tuple) else (take,) * len(self.out)
+        if len(takes) != len(self.out):
+            raise ValueError(f"step graph: {len(takes)} row lists for {len(self.out)} outputs")
         hosts = []
         with self.stream:
-            idx = None if prefix else cp.asarray(take)
-            for out in self.out:
-                part = out[:k] if prefix else out[idx]
+            for out, rows in zip(self.out, takes, strict=True):
+                rows = np.asarray(rows, dtype=np.int64)
+                k = len(rows)
+                prefix = bool(np.array_equal(rows, np.arange(k)))  # decode: the first k rows
+                part = out[:k] if prefix else out[cp.asarray(rows)]
                 if k and part.ndim == 2 and part.shape[1] * part.itemsize >= DEVICE_ROW_BYTES:
                     # a copy: the next replay overwrites the graph's buffer
                     hosts.append(DeviceRows(RowBlock(part.copy() if prefix else part), 0, k))
@@ -147,7 +150,7 @@ class StepGraphs:
         key: Hashable,
         inputs: dict[str, np.ndarray],
         body: Body,
-        take: np.ndarray,
+        take: np.ndarray | tuple[np.ndarray, ...],
     ) -> tuple[Any, ...]:
         """Rows `take` of each of the body's outputs for these inputs, on the host, through
         the graph of (owner, key)."""

@@ -127,7 +127,9 @@ class CupyOps:
         bits = w.astype(ml_dtypes.bfloat16).view(np.uint16)
         weight = CupyWeight(cp.asarray(bits), k=w.shape[1], n=w.shape[0])
         if self.probe:
-            weight.batch = self.blas.steady_batch(weight.n, weight.k, self.row_tile, BATCH_TILES)
+            weight.batch = self.blas.steady_batch(
+                weight.data.data.ptr, weight.n, weight.k, self.row_tile, BATCH_TILES
+            )
             self.probe_linear(weight)
         return weight
 
@@ -366,9 +368,10 @@ class CupyOps:
         key: Hashable,
         inputs: dict[str, np.ndarray],
         body: Body,
-        take: np.ndarray,
+        take: np.ndarray | tuple[np.ndarray, ...],
     ) -> tuple[Any, ...] | None:
-        """Rows `take` of each output of body(owner, device copies of inputs), on the host,
+        """Rows `take` (or take[i] of output i) of each output of body(owner, device copies
+        of inputs), on the host,
         through a CUDA graph captured at the first call for (owner, key) and replayed after
         (cupy_graph.py); None where graphs are off (the caller runs eagerly, same bits)."""
         if not self.graphs:

@@ -82,3 +82,10 @@ def test_margin_equals_top2_of_a_partition() -> None:
     for row in (*rows, tied, first, last, inf):
         assert margin(row) == by_partition(row)
     assert margin(tied) == 0.0
+
+
+def test_logit_hash_takes_one_row() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="one row"):
+        logit_hash(np.zeros((2, 3), np.float32))
