@@ -89,3 +89,52 @@ def test_logit_hash_takes_one_row() -> None:
 
     with pytest.raises(ValueError, match="one row"):
         logit_hash(np.zeros((2, 3), np.float32))
+
+
+class OnDevice:
+    """Rows that stay on a device: hashes() and greedy() answer there; reading them to the
+    host is an error here."""
+
+    def __init__(self, words: list[int], ids: list[int] = (), margins: list[float] = ()) -> None:
+        self.words = np.asarray(words, dtype=np.uint64)
+        self.ids, self.margins = np.asarray(ids, np.int64), np.asarray(margins, np.float32)
+
+    def hashes(self) -> np.ndarray:
+        return self.words
+
+    def greedy(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.ids, self.margins
+
+    def __array__(self, *args: object, **kwargs: object) -> np.ndarray:
+        raise AssertionError("a device row was read to the host")
+
+
+def test_a_row_on_the_device_is_hashed_there() -> None:
+    import pytest
+
+    assert logit_hash(OnDevice([0x1234])) == "0000000000001234"
+    assert logit_hashes([OnDevice([1]), OnDevice([0xFFFFFFFFFFFFFFFF])]) == [
+        "0000000000000001",
+        "ffffffffffffffff",
+    ]
+    with pytest.raises(ValueError, match="one row, got 2"):
+        logit_hash(OnDevice([1, 2]))
+
+
+def test_device_greedy_takes_the_devices_picks_and_leaves_host_rows() -> None:
+    from engine.lanes.sampling import device_greedy
+
+    ids, margins = device_greedy(OnDevice([], ids=[7, 0], margins=[0.5, 0.0]))
+    assert (ids, margins) == ([7, 0], [0.5, 0.0])
+    assert all(type(i) is int for i in ids) and all(type(m) is float for m in margins)
+    assert device_greedy(np.zeros((2, 3), np.float32)) is None
+
+
+def test_rows_hash_as_float32_whatever_their_type_or_shape() -> None:
+    from engine.lanes.sampling import margin, row_hash_words
+
+    rng = np.random.default_rng(12)
+    rows = rng.standard_normal((3, 50)).astype(np.float32)
+    assert list(row_hash_words(rows.astype(np.float64))) == list(row_hash_words(rows))
+    assert list(row_hash_words(np.asfortranarray(rows))) == list(row_hash_words(rows))
+    assert margin(rows[1][None, :]) == margin(rows[1])
