@@ -97,17 +97,23 @@ def logit_hash(logits: Any) -> str:
     return hash_hex(row_hash_words(row[None, :])[0])
 
 
-_POOL: ThreadPoolExecutor | None = None
+_POOL: tuple[int, ThreadPoolExecutor] | None = None  # (the process it was made in, pool)
 _PARALLEL_BYTES = 1 << 16  # host rows this large hash on threads (numpy lets go of the GIL)
+
+
+def _pool() -> ThreadPoolExecutor:
+    """The hashing threads of this process: a forked child makes its own (its parent's
+    threads do not exist in it)."""
+    global _POOL
+    if _POOL is None or _POOL[0] != os.getpid():
+        _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)))
+    return _POOL[1]
 
 
 def logit_hashes(rows: list[Any]) -> list[str]:
     """logit_hash of each 1-D row: a step's rows on the device in one kernel; several large
     host rows on a few threads (a 152k-vocabulary row takes about a millisecond)."""
-    global _POOL
     on_host = all(getattr(r, "hashes", None) is None for r in rows)
     if not on_host or len(rows) < 2 or np.asarray(rows[0]).nbytes < _PARALLEL_BYTES:
         return [logit_hash(r) for r in rows]
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1))
-    return list(_POOL.map(logit_hash, rows))
+    return list(_pool().map(logit_hash, rows))

@@ -56,10 +56,15 @@ def test_one_ulp_changes_the_hash_but_not_the_argmax() -> None:
 
 
 def test_logit_hashes_equal_one_by_one() -> None:
+    """Large host rows on the pool (made afresh here, as in a new process) hash as one by one."""
+    from engine.lanes import sampling
+
+    sampling._POOL = None
     rng = np.random.default_rng(8)
     rows = [rng.standard_normal(40000).astype(np.float32) for _ in range(9)]
     assert logit_hashes(rows) == [logit_hash(r) for r in rows]
     assert logit_hashes([]) == []
+    assert sampling._POOL is not None  # nine rows of 160 KB went to the pool
 
 
 def test_margin_equals_top2_of_a_partition() -> None:
