@@ -20,12 +20,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gates import EXIT_ARM_FAILED, EXIT_GATE_FAILED, EXIT_OK, BadInput, prompts, refs
-from gates.checks import equality
-from gates.contract import missing
-from gates.execute import ArmJob, base_env, capabilities, run_arm
-from gates.matrix import AXIS_DEFAULTS
-from gates.results import ArmRun
+from gates import EXIT_ARM_FAILED, EXIT_GATE_FAILED, EXIT_OK, BadInput
+from gates.judge.checks import equality
+from gates.plan import prompts
+from gates.plan.matrix import AXIS_DEFAULTS
+from gates.run import refs
+from gates.run.contract import missing
+from gates.run.execute import ArmJob, base_env, capabilities, run_arm
+from gates.run.results import ArmRun
 
 
 def _plant(

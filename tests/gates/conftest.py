@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gates.results import ArmRun, Status
+from gates.run.results import ArmRun, Status
 
 STUB = Path(__file__).parent / "stub_engine" / "engine"
 

@@ -1,11 +1,11 @@
 """served == offline past the ids and bits: finish_reason, text, token_sha, usage and the
-order and shape of a stream's chunks (gates/checks/client.py, gates/served.py)."""
+order and shape of a stream's chunks (gates/judge/checks/client.py, gates/run/served.py)."""
 
 from __future__ import annotations
 
 from conftest import ran
-from gates import served
-from gates.checks import client, equality
+from gates.judge.checks import client, equality
+from gates.run import served
 
 OFFLINE = {
     "id": "r",

@@ -1,4 +1,4 @@
-"""gates/checks/equality.py record by record: every field of each kind of difference, the
+"""gates/judge/checks/equality.py record by record: every field of each kind of difference, the
 counts and skips of compare, the decoder and the near-tie wording, on small hand-made replies.
 
 Each expected value is written out by hand, so a renamed key, a moved window or a changed
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gates.checks import equality
-from gates.results import ArmRun, Status
+from gates.judge.checks import equality
+from gates.run.results import ArmRun, Status
 
 TINY = Path(__file__).resolve().parents[2] / "fixtures" / "models" / "tiny-qwen3"
 

@@ -8,10 +8,13 @@ from pathlib import Path
 import pytest
 
 from conftest import ran
-from gates import BadInput, matrix, plan
-from gates.checks import acceptance, equality, schedule
+from gates import BadInput
+from gates.judge.checks import acceptance, equality, schedule
+from gates.judge.kinds import KINDS
 from gates.judge.kinds.schedule import SCHEDULE_METRICS
-from gates.receipt import render
+from gates.plan import build as plan
+from gates.plan import matrix
+from gates.report.receipt import render
 
 
 def reply(rid, ids, **kw):
@@ -190,7 +193,7 @@ gates:
 def test_schedule_and_acceptance_rules_plan_their_arms(tmp_path: Path):
     p = tmp_path / "m.yaml"
     p.write_text(MATRIX)
-    m = matrix.load(p)
+    m = matrix.load(p, KINDS)
     assert m.prompt_sets() == ["p", "sched"]
     pl = plan.build(m, {"p": [], "sched": []})
     (check,) = [c for c in pl.checks if c.gate == "burst"]  # p=1, p=4 -> one arm
@@ -234,7 +237,7 @@ def test_bad_behaviour_rules_name_the_key(tmp_path: Path, body: str, key: str):
     p = tmp_path / "m.yaml"
     p.write_text(f"model: m\nprompts: p\ngates:\n  - name: g\n    {body}\n")
     with pytest.raises(BadInput) as e:
-        matrix.load(p)
+        matrix.load(p, KINDS)
     assert str(e.value).startswith(f"{p}: {key}: expected"), str(e.value)
 
 
@@ -266,7 +269,8 @@ gates:
   - {name: pages, within_commit: {vary: paging, reference: off}, blas: row-variant}
 """
     (tmp_path / "m.yaml").write_text(body)
-    pl = plan.build(matrix.load(tmp_path / "m.yaml"), {"p": [{"id": "a", "prompt_ids": [1]}]})
+    m = matrix.load(tmp_path / "m.yaml", KINDS)
+    pl = plan.build(m, {"p": [{"id": "a", "prompt_ids": [1]}]})
     rows = [c for c in pl.comparisons if c.gate == "rows"]
     assert len(rows) == 1 and rows[0].a.config["blas"] == "row-variant"
     assert "blas=row-variant" in rows[0].b.name
@@ -278,14 +282,14 @@ gates:
             f"model: m\nprompts: p\ngates:\n  - {{name: x, {kind}, {bad}}}\n"
         )
         with pytest.raises(BadInput, match=re.escape(key)):
-            matrix.load(tmp_path / "b.yaml")
+            matrix.load(tmp_path / "b.yaml", KINDS)
 
 
 def test_the_row_variant_kernel_gives_other_bits_at_other_row_counts():
     import subprocess
     import sys
 
-    from gates import blas
+    from gates.run import blas
 
     core, why = blas.row_variant_kernel(sys.executable)
     if core is None:

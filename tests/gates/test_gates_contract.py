@@ -1,4 +1,4 @@
-"""gates/contract.py against the engines it reads: the real one of this tree, and the stub
+"""gates/run/contract.py against the engines it reads: the real one of this tree, and the stub
 of the host tests. Neither may drift from what the runner sends and keeps."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gates import contract
+from gates.run import contract
 
 REPO = Path(__file__).resolve().parents[2]
 STUB = Path(__file__).resolve().parent / "stub_engine"
@@ -76,9 +76,9 @@ def test_the_real_engine_lists_what_the_runner_reads():
 @pytest.mark.parametrize("root", [REPO, STUB], ids=["real", "stub"])
 def test_the_bench_the_speed_runner_drives_is_the_schema_it_reads(root, tmp_path):
     """bench --lockstep of each engine: the flags the runner sends, the ready header, a
-    stepped run's answer with every metric the matrix may ask for (gates/speed/schema.py)."""
-    from gates.speed import schema
-    from gates.speed.measure import bench_argv
+    stepped run's answer with every metric the matrix may ask for (gates/run/speed/schema.py)."""
+    from gates.run.speed import schema
+    from gates.run.speed.measure import bench_argv
 
     model = REPO / "fixtures" / "models" / "tiny-qwen3"
     spec = {"parallel": [1, 2], "prompt_tokens": 8, "gen_tokens": 3}

@@ -6,11 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from gates import BadInput, matrix, plan
+from gates import BadInput
 from gates.judge.kinds import KINDS, unit
 from gates.judge.kinds.lengths import problems
-from gates.receipt.render import cell_text
-from gates.results import ArmRun, Cell, Status
+from gates.judge.results import Cell
+from gates.plan import build as plan
+from gates.plan import matrix
+from gates.report.receipt.render import cell_text
+from gates.run.results import ArmRun, Status
 
 MATRIX = """
 model: m
@@ -28,7 +31,7 @@ SET = [{"id": "a", "prompt_ids": [1]}, {"id": "b", "prompt_ids": [2], "max_token
 
 def load(tmp_path: Path, text: str = MATRIX) -> matrix.Matrix:
     (tmp_path / "m.yaml").write_text(text)
-    return matrix.load(tmp_path / "m.yaml")
+    return matrix.load(tmp_path / "m.yaml", KINDS)
 
 
 def run(*replies: dict) -> ArmRun:

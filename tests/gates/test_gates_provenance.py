@@ -3,8 +3,8 @@ capabilities' `backend_info` (docs/contract.md, version 4), read by field name."
 
 from __future__ import annotations
 
-from gates import contract
-from gates.receipt import render
+from gates.report.receipt import render
+from gates.run import contract
 from tests.gates.conftest import SMALL, run_gates
 
 FACTS = {

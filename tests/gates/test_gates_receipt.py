@@ -14,12 +14,12 @@ from typing import Any
 from markdown_it import MarkdownIt
 
 from conftest import run_gates
-from gates import execute
-from gates import run as run_mod
-from gates.execute import ArmJob
-from gates.receipt import render
-from gates.receipt.table import fence
-from gates.results import ArmRun, Status
+from gates import pipeline as run_mod
+from gates.report.receipt import render
+from gates.report.receipt.table import fence
+from gates.run import execute
+from gates.run.execute import ArmJob
+from gates.run.results import ArmRun, Status
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from conftest import ran, run_gates
-from gates.checks import equality
-from gates.receipt import render
-from gates.results import ArmResult, GateResult, Status
+from gates.judge.checks import equality
+from gates.judge.results import GateResult
+from gates.report.receipt import render
+from gates.run.results import ArmResult, Status
 
 
 def reply(rid, ids, margins=None, finish="length", **kw):
@@ -115,7 +116,7 @@ def test_cpu_arms_are_single_threaded(stub_repo):
 
 
 def test_jobs_on_a_cuda_backend_is_arms_per_gpu(monkeypatch):
-    from gates.run import workers
+    from gates.pipeline import workers
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0, 1")
     assert workers({"cupy"}, None) == (2, ["0", "1"])

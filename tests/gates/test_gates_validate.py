@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from conftest import run_gates
-from gates import BadInput, matrix, validate
-from gates.results import ArmResult, Status
+from gates import BadInput
+from gates.judge.kinds import KINDS
+from gates.plan import matrix
+from gates.run import validate
+from gates.run.results import ArmResult, Status
 
 CAPS = {"kv": ["bf16", "fp8"], "drafters": ["none", "mtp"], "env_flags": ["ENGINE_X"]}
 HEAD = "model: m\nprompts: p\n"
@@ -19,7 +22,7 @@ HEAD = "model: m\nprompts: p\n"
 def load(tmp_path: Path, text: str) -> matrix.Matrix:
     p = tmp_path / "m.yaml"
     p.write_text(text)
-    return matrix.load(p)
+    return matrix.load(p, KINDS)
 
 
 @pytest.mark.parametrize(
@@ -113,7 +116,7 @@ def test_an_out_folder_that_cannot_hold_a_receipt_fails_before_any_arm(stub_repo
 
 
 def test_a_receipt_stays_under_githubs_comment_size(stub_repo, tmp_path):
-    from gates.receipt import render
+    from gates.report.receipt import render
 
     stub_repo.commit("head", OUTPUT_SALT="")
     code, man, md = run_gates(stub_repo)

@@ -10,11 +10,15 @@ from pathlib import Path
 import pytest
 
 from conftest import gate, run_gates
-from gates import BadInput, contract, matrix, plan, prompts, served
-from gates.checks import equality
-from gates.execute import ArmJob, base_env, capabilities, run_arm
+from gates import BadInput
+from gates.judge.checks import equality
+from gates.judge.kinds import KINDS
 from gates.judge.kinds.resource import RESOURCE_LIMITS
+from gates.plan import build as plan
+from gates.plan import matrix, prompts
 from gates.power import plants
+from gates.run import contract, served
+from gates.run.execute import ArmJob, base_env, capabilities, run_arm
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "fixtures" / "models" / "tiny-qwen3"
@@ -34,7 +38,7 @@ gates:
 
 def test_served_rules_plan_their_arms(tmp_path):
     (tmp_path / "m.yaml").write_text(RULES)
-    m = matrix.load(tmp_path / "m.yaml")
+    m = matrix.load(tmp_path / "m.yaml", KINDS)
     p = plan.build(m, {"p": [{"id": "a", "prompt_ids": [1, 2]}]})
     by = {g: [c for c in p.comparisons if c.gate == g] for g in ("offline", "main", "solo")}
     # 2 flag sets x 2 modes; both parallel points fold into the rule's parallel 2
@@ -68,7 +72,7 @@ def test_served_rules_plan_their_arms(tmp_path):
 def test_a_bad_served_rule_names_its_key(tmp_path, body, key):
     (tmp_path / "m.yaml").write_text(f"model: m\nprompts: p\ngates: [{{name: g, served: {body}}}]")
     with pytest.raises(BadInput, match=key.replace("[", r"\[").replace("]", r"\]")):
-        matrix.load(tmp_path / "m.yaml")
+        matrix.load(tmp_path / "m.yaml", KINDS)
 
 
 def test_lines_a_client_cannot_send_are_left_out_with_a_reason():

@@ -11,12 +11,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gates import BadInput, matrix
-from gates.receipt import render
-from gates.results import GateResult, Status
-from gates.speed import chart, estimate, schema, stats
-from gates.speed.measure import judge, max_looks
-from gates.speed.results import SpeedRun, Verdict
+from gates import BadInput
+from gates.judge.kinds import KINDS
+from gates.judge.results import GateResult
+from gates.plan import matrix
+from gates.report import speed_chart as chart
+from gates.report.receipt import render
+from gates.run.results import Status
+from gates.run.speed import estimate, schema, stats
+from gates.run.speed.measure import judge, max_looks
+from gates.run.speed.results import SpeedRun, Verdict
 
 BETTER = {m: v.better for m, v in schema.METRICS.items()}
 ROOT = Path(__file__).resolve().parents[2]
@@ -228,17 +232,17 @@ def test_matrix_speed_block(tmp_path):
     p = tmp_path / "m.yaml"
     head = "model: m\nprompts: p\ngates:\n  - name: g\n    across_commits: {}\n"
     p.write_text(head + "speed: {runs: 5, max_ratio_drop: 0.1}\n")
-    sp = matrix.load(p).speed
+    sp = matrix.load(p, KINDS).speed
     assert sp["blocks"] == 3 and sp["delta"] == 0.1 and "runs" not in sp
     p.write_text(head + "speed: {metrics: [decode_tok_s, joules]}\n")
     with pytest.raises(BadInput, match="speed.metrics"):
-        matrix.load(p)
+        matrix.load(p, KINDS)
     p.write_text(head + "speed: {alpha: 1.5}\n")
     with pytest.raises(BadInput, match="speed.alpha"):
-        matrix.load(p)
+        matrix.load(p, KINDS)
     p.write_text(head + "speed: {quantile: 1.0}\n")
     with pytest.raises(BadInput, match="speed.quantile"):
-        matrix.load(p)
+        matrix.load(p, KINDS)
 
 
 def test_a_loss_past_the_tolerance_is_slower_small_never_equivalent():
@@ -247,7 +251,7 @@ def test_a_loss_past_the_tolerance_is_slower_small_never_equivalent():
     c = stats.cell("decode_cpu_s_per_token", 1, [1.0] * 3, [1.0] * 3, "lower")
     c.speed, c.speed_lo, c.speed_hi, c.p, c.p_holm = 0.966, 0.956, 0.975, 0.002, 0.008
     assert stats.decide(c, 0.005, 0.10, 0.05) is Verdict.EQUIVALENT  # the old quick band
-    quick = matrix.load(ROOT / "matrices" / "quick.yaml").speed
+    quick = matrix.load(ROOT / "matrices" / "quick.yaml", KINDS).speed
     assert quick is not None and quick["delta"] <= 0.03
     got = stats.decide(c, 0.005, quick["delta"], quick["min_effect"])
     assert got is Verdict.SLOWER_SMALL and str(got) == "slower (small)"

@@ -1,5 +1,5 @@
 """``sample_per: repeat`` (a pair of values per repeat, not per block) and ``--speed`` overrides
-of gates.speed.calibrate, on an injected lockstep worker: no clock, no process."""
+of gates.speed_calibrate, on an injected lockstep worker: no clock, no process."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gates import matrix
-from gates.speed import measure
+from gates.judge.kinds import KINDS
+from gates.plan import matrix
+from gates.run.speed import measure
 
 ROOT = Path(__file__).resolve().parents[2]
 STUB = Path(__file__).parent / "stub_engine"
@@ -111,14 +112,14 @@ def speed_matrix(tmp_path: Path, **speed: Any) -> Path:
 
 @pytest.mark.parametrize("value", ["repeat", "block"])
 def test_a_matrix_may_ask_for_a_pair_per_repeat(tmp_path: Path, value: str) -> None:
-    assert matrix.load(speed_matrix(tmp_path, sample_per=value)).speed["sample_per"] == value
+    assert matrix.load(speed_matrix(tmp_path, sample_per=value), KINDS).speed["sample_per"] == value
 
 
 def test_a_matrix_without_sample_per_keeps_a_pair_per_block(tmp_path: Path) -> None:
-    assert matrix.load(speed_matrix(tmp_path)).speed["sample_per"] == "block"
+    assert matrix.load(speed_matrix(tmp_path), KINDS).speed["sample_per"] == "block"
 
 
 @pytest.mark.parametrize("value", ["blocks", "1", 1])
 def test_sample_per_other_than_block_or_repeat_is_refused(tmp_path: Path, value: object) -> None:
     with pytest.raises(matrix.BadInput, match=r"m\.yaml: speed\.sample_per: expected"):
-        matrix.load(speed_matrix(tmp_path, sample_per=value))
+        matrix.load(speed_matrix(tmp_path, sample_per=value), KINDS)

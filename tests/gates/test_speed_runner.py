@@ -1,4 +1,4 @@
-"""The speed block runner (gates/speed/measure.py) on an injected measurement source.
+"""The speed block runner (gates/run/speed/measure.py) on an injected measurement source.
 
 `Worker` (one side's `engine bench --lockstep`) is replaced by `Scripted`, which answers
 with costs made from its environment and a seeded generator: no clock, no CPU time and no
@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gates import matrix
-from gates.results import Status
-from gates.speed import measure
-from gates.speed.results import Verdict
+from gates.plan import matrix
+from gates.run.results import Status
+from gates.run.speed import measure
+from gates.run.speed.results import Verdict
 
 STUB = Path(__file__).parent / "stub_engine"
 METRICS = ["decode_cpu_s_per_token", "prefill_cpu_s_per_token"]

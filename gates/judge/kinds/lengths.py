@@ -12,10 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gates.judge.kinds.rule import Gate, Rule, Sets, Source, check_planned_arms
-from gates.planned import Arm, ArmCheck, Check, Plan
-from gates.prompts import requests_for
-from gates.results import ArmRun, CheckOutcome
+from gates.judge.kinds.kind import Kind
+from gates.judge.results import CheckOutcome
+from gates.plan.planned import Arm, ArmCheck, Check, Plan
+from gates.plan.prompts import requests_for
+from gates.plan.rule import Gate, Sets, Source, check_planned_arms
+from gates.run.results import ArmRun
 
 SHOWN = 3  # replies named in a failing entry; the rest are counted
 UNMEASURED = ("error", "cancelled")  # an error has no ids; a cancel stops early by design
@@ -39,7 +41,7 @@ def problems(run: ArmRun, requests: dict[str, dict[str, Any]], default: int) -> 
 
 
 @dataclass(frozen=True)
-class Lengths(Rule):
+class Lengths(Kind):
     KEY = "lengths"
     UNIT = "arms"
     LAST = True  # reads the arms every other rule planned

@@ -6,10 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gates.checks import schedule
-from gates.judge.kinds.rule import Asked, Facts, Gate, Rule, Sets, Source
-from gates.planned import Arm, ArmCheck, Check, Plan, canonical
-from gates.results import ArmRun, CheckOutcome
+from gates.judge.checks import schedule
+from gates.judge.kinds.kind import Facts, Kind
+from gates.judge.results import CheckOutcome
+from gates.plan.planned import Arm, ArmCheck, Check, Plan, canonical
+from gates.plan.rule import Asked, Gate, Sets, Source
+from gates.run.results import ArmRun
 
 SCHEDULE_METRICS = (
     "max_decode_gap_rounds",
@@ -54,7 +56,7 @@ def background(arm: Arm, sets: Sets) -> frozenset[str]:
 
 
 @dataclass(frozen=True)
-class Schedule(Rule):
+class Schedule(Kind):
     KEY = "schedule"
     UNIT = "arms"
 
