@@ -24,8 +24,8 @@ def test_versions_read_as_people_write_them() -> None:
 
 
 def test_capabilities_carry_the_cupy_facts(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from gates import contract
-    from gates.receipt import render
+    from gates.report.receipt import render
+    from gates.run import contract
 
     fake = dict(
         zip(cupy_info.KEYS, ("GPU X", "1.2.3", "13.0", "13.2", "13.1.0", "14.2.0"), strict=True)
