@@ -190,7 +190,7 @@ def extras(
         "machine": store.machine(),
         "fingerprint": store.fingerprint(),
         "speed": speed,
-        "lean": None if lean_result is None else lean.as_json(lean_result),
+        "lean": None if lean_result is None else lean_result.to_json(),
         "environments": envs.as_json(side_envs),
         "command": command_line(opts, inp.root, inp.mpath, sides["base"], sides["head"]),
         "accepted": accept.from_trailers(repo, mb, sides["head"].sha) + accept.load(opts.accept),

@@ -19,7 +19,7 @@ import re
 import subprocess
 import sys
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -33,19 +33,55 @@ SHOWN = 30  # new problems kept in the manifest
 _NUMBER = re.compile(r"\d+")
 
 
-@dataclass
+@dataclass(frozen=True)
+class Problem:
+    """One ruff problem: where (its file relative to the worktree), its rule and message."""
+
+    file: str
+    row: int | None
+    column: int | None
+    code: str | None
+    message: str | None
+
+    @classmethod
+    def from_ruff(cls, item: dict[str, Any], worktree: Path) -> Problem:
+        """One item of ``ruff check --output-format json``."""
+        file = str(item["filename"])
+        with contextlib.suppress(ValueError):
+            file = str(Path(file).resolve().relative_to(worktree.resolve()))
+        loc = item.get("location") or {}
+        return cls(file, loc.get("row"), loc.get("column"), item.get("code"), item.get("message"))
+
+    @property
+    def key(self) -> Key:
+        """Its fingerprint: file, rule and the message without its numbers."""
+        return self.file, str(self.code), normalise(str(self.message))
+
+
+@dataclass(frozen=True)
 class Lean:
     status: str  # "pass" (no new problem), "fail" (new problems), "not_run"
     merge_base: str | None = None
     inherited: int = 0
     new: int = 0
     fixed: int = 0  # problems of the merge base that head no longer has
-    problems: list[dict[str, Any]] = field(default_factory=list)  # the first SHOWN new ones
+    problems: tuple[Problem, ...] = ()  # the first SHOWN new ones
     reason: str = ""
 
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self) | {"problems": [asdict(p) for p in self.problems]}
 
-def problems(worktree: Path) -> list[dict[str, Any]]:
-    """ruff's JSON problems in a worktree (paths made relative to it)."""
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Lean:
+        """The manifest's ``lean`` section, as ``to_json`` wrote it."""
+        names = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["problems"] = tuple(Problem(**p) for p in d.get("problems") or [])
+        return cls(**kw)
+
+
+def problems(worktree: Path) -> list[Problem]:
+    """ruff's problems in a worktree (paths made relative to it)."""
     argv = [sys.executable, "-m", "ruff", "check", "--output-format", "json", "--no-cache"]
     try:
         out = subprocess.run(
@@ -57,46 +93,25 @@ def problems(worktree: Path) -> list[dict[str, Any]]:
         if "No module named ruff" in out.stderr:
             raise BadInput("lean: ruff is not installed (pip install ruff)")
         raise BadInput(f"lean: ruff failed in {worktree}: {out.stderr.strip()[-400:]}")
-    items = json.loads(out.stdout or "[]")
-    for p in items:
-        with contextlib.suppress(ValueError):
-            p["filename"] = str(Path(p["filename"]).resolve().relative_to(worktree.resolve()))
-    return items
+    return [Problem.from_ruff(item, worktree) for item in json.loads(out.stdout or "[]")]
 
 
 def normalise(message: str) -> str:
     return " ".join(_NUMBER.sub("N", message).split())
 
 
-def key(p: dict[str, Any]) -> Key:
-    return p["filename"], str(p.get("code")), normalise(str(p.get("message")))
-
-
-def compare(
-    base: list[dict[str, Any]], head: list[dict[str, Any]]
-) -> tuple[list[dict[str, Any]], int, int]:
+def compare(base: list[Problem], head: list[Problem]) -> tuple[list[Problem], int, int]:
     """(new problems on head, inherited count, fixed count)."""
-    left = Counter(key(p) for p in base)
+    left = Counter(p.key for p in base)
     new = []
     for p in head:
-        k = key(p)
+        k = p.key
         if left[k] > 0:
             left[k] -= 1
         else:
             new.append(p)
     inherited = len(head) - len(new)
     return new, inherited, len(base) - inherited
-
-
-def _brief(p: dict[str, Any]) -> dict[str, Any]:
-    loc = p.get("location") or {}
-    return {
-        "file": p["filename"],
-        "row": loc.get("row"),
-        "column": loc.get("column"),
-        "code": p.get("code"),
-        "message": p.get("message"),
-    }
 
 
 def check(repo: git.Repo, merge_base: str | None, head: refs.Side) -> Lean:
@@ -115,32 +130,34 @@ def check(repo: git.Repo, merge_base: str | None, head: refs.Side) -> Lean:
         inherited=inherited,
         new=len(new),
         fixed=fixed,
-        problems=[_brief(p) for p in new[:SHOWN]],
+        problems=tuple(new[:SHOWN]),
     )
 
 
-def as_json(lean: Lean) -> dict[str, Any]:
-    return asdict(lean)
+def lean_of(man: dict[str, Any]) -> Lean | None:
+    """A manifest's lean section, typed (None where the run had none)."""
+    d = man.get("lean")
+    return Lean.from_json(d) if d else None
 
 
-def lean_counts(lean: dict[str, Any]) -> str:
+def lean_counts(lean: Lean) -> str:
     """ "N inherited, M new (K fixed)", or why lean did not run."""
-    if lean["status"] == "not_run":
-        return f"not run: {lean['reason']}"
-    fixed = f" ({lean['fixed']} fixed)" if lean.get("fixed") else ""
-    return f"{lean['inherited']} inherited, {lean['new']} new{fixed}"
+    if lean.status == "not_run":
+        return f"not run: {lean.reason}"
+    fixed = f" ({lean.fixed} fixed)" if lean.fixed else ""
+    return f"{lean.inherited} inherited, {lean.new} new{fixed}"
 
 
-def lean_line(lean: dict[str, Any] | None) -> str:
+def lean_line(lean: Lean | None) -> str:
     """The receipt's Lean line: ruff problems on head against the merge base."""
-    if not lean:
+    if lean is None:
         return ""
-    if lean["status"] == "not_run":
+    if lean.status == "not_run":
         return f"➖ {lean_counts(lean)}"
-    mark = "✅" if lean["status"] == "pass" else "❌"
+    mark = "✅" if lean.status == "pass" else "❌"
     return (
         f"{mark} {lean_counts(lean)} — ruff problems on head against "
-        f"the merge base `{(lean.get('merge_base') or '')[:10]}` (matched by rule, file and "
+        f"the merge base `{(lean.merge_base or '')[:10]}` (matched by rule, file and "
         "message, not by line)"
     )
 
@@ -156,10 +173,10 @@ def main(repo_path: str, base: str, head: str) -> int:
     if lean.status == "not_run":
         raise BadInput(f"lean: {lean.reason}")
     mark = "✅" if not lean.new else "❌"
-    counts = lean_counts(as_json(lean))
+    counts = lean_counts(lean)
     print(f"Lean: {mark} {counts} — head {h.sha[:10]} against merge base {mb[:10]} (ruff)")
     for p in lean.problems:
-        print(f"  {p['file']}:{p['row']}:{p['column']}: {p['code']} {p['message']}")
+        print(f"  {p.file}:{p.row}:{p.column}: {p.code} {p.message}")
     if lean.new > len(lean.problems):
         print(f"  … and {lean.new - len(lean.problems)} more")
     return EXIT_OK if not lean.new else EXIT_GATE_FAILED

@@ -15,7 +15,7 @@ import jinja2
 
 from gates.judge.checks import client
 from gates.judge.checks.equality import describe_margin
-from gates.judge.checks.lean import lean_counts, lean_line
+from gates.judge.checks.lean import lean_counts, lean_line, lean_of
 from gates.judge.kinds import unit
 from gates.judge.results import Cell, Comparison, GateResult, gates_of
 from gates.plan import prompts as prompts_mod
@@ -301,8 +301,8 @@ def markdown(man: dict[str, Any], details: bool = True, cap: int | None = None) 
             crashed=crashed(man),
             skipped=skipped(man),
             notices=notices(man),
-            lean=man.get("lean"),
-            lean_line=lean_line(man.get("lean")),
+            lean=lean_of(man),
+            lean_line=lean_line(lean_of(man)),
             speed=speed_of(man),
             speed_table=speed_chart.table(speed_of(man)),
             speed_chart=speed_chart.sweep_chart(speed_of(man)),
@@ -373,7 +373,7 @@ def summary(man: dict[str, Any], md_path: Path | None = None) -> str:
     if sp:
         why = sp.reason or speed_chart.summary_line(sp)
         lines.append(f"  speed: {sp.status}" + (f" ({why})" if why else ""))
-    lean = man.get("lean")
+    lean = lean_of(man)
     if lean:
         lines.append(f"  lean: {lean_counts(lean)}")
     if md_path is not None:
