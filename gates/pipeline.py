@@ -224,11 +224,11 @@ def _speed(
     missing_side = [s.name for s in sides.values() if s.worktree is None]
     if missing_side:
         why = f"{', '.join(missing_side)}: the commit has no engine/"
-        return SpeedRun(Status.NOT_COMPARABLE, why, spec=dict(spec))
+        return SpeedRun(Status.NOT_COMPARABLE, why, spec=spec)
     same_env = side_envs["base"].python == side_envs["head"].python
     if sides["base"].engine_tree == sides["head"].engine_tree and same_env:
         why = "base and head have the same engine/ tree and environment: nothing to time"
-        return SpeedRun(Status.NOT_RUN, why, spec=dict(spec))
+        return SpeedRun(Status.NOT_RUN, why, spec=spec)
     model = models[m.axes["model"][0]]
     backend = m.axes["backend"][0]
     if executor:
@@ -244,7 +244,7 @@ def _speed(
             pythons={k: e.python for k, e in side_envs.items() if e.python},
         )
     except OSError as e:
-        got = SpeedRun(Status.COULD_NOT_RUN, str(e), spec=dict(spec))
+        got = SpeedRun(Status.COULD_NOT_RUN, str(e), spec=spec)
     return got
 
 

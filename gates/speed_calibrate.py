@@ -143,8 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     if m.speed is None:
         p.error(f"{a.matrix} has no speed section")
     try:
-        spec = dict(m.speed)
-        measure.override(spec, a.speed)
+        spec = measure.override(m.speed, a.speed)
     except ValueError as e:
         p.error(str(e))
     model = Path(m.axes["model"][0])

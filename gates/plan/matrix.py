@@ -76,23 +76,6 @@ SPEED_KEYS = {
     "runs": int,  # before bench schema 1: runs per side -> blocks = ceil(runs / 2)
     "max_ratio_drop": float,  # before bench schema 1: -> delta
 }
-SPEED_DEFAULTS: dict[str, Any] = {
-    "parallel": [1, 2, 4, 8],
-    "prompt_tokens": 128,
-    "gen_tokens": 32,
-    "repeats": 2,
-    "blocks": 12,
-    "add_blocks": 6,
-    "max_blocks": 36,
-    "budget_s": 270,
-    "alpha": 0.05,
-    "delta": 0.05,
-    "min_effect": 0.02,
-    "quantile": 0.5,
-    "turn": 1,
-    "timeout": 600,
-    "sample_per": "block",
-}
 
 
 @dataclass(frozen=True)
@@ -125,7 +108,7 @@ class Matrix:
     axes: dict[str, list[Any]]  # every axis in AXES, normalised, at least one value
     scalars: Scalars
     gates: list[Gate]
-    speed: dict[str, Any] | None
+    speed: speed_spec.SpeedSpec | None
     description: str = ""
     drafter_models: dict[str, str] = field(default_factory=dict)  # drafter -> its directory
     keys: dict[str, str] = field(default_factory=dict)  # axis -> where the file sets it
@@ -161,13 +144,13 @@ class Matrix:
         ]
 
 
-def _speed(path: Path, raw: Any) -> dict[str, Any] | None:
+def _speed(path: Path, raw: Any) -> speed_spec.SpeedSpec | None:
     if raw is None:
         return None
     if not isinstance(raw, dict):
         raise fail(path, "speed", "a mapping", raw)
 
-    out: dict[str, Any] = {**SPEED_DEFAULTS, "metrics": list(speed_spec.DEFAULT_METRICS)}
+    out = speed_spec.SpeedSpec().to_json()
     for k, v in raw.items():
         if k not in SPEED_KEYS:
             raise fail(path, f"speed.{k}", f"one of {', '.join(SPEED_KEYS)}", k)
@@ -211,7 +194,7 @@ def _speed(path: Path, raw: Any) -> dict[str, Any] | None:
             raise fail(path, f"speed.{k}", "a fraction in [0, 1)", out[k])
     if not 0 < out["quantile"] < 1:
         raise fail(path, "speed.quantile", "a fraction in (0, 1)", out["quantile"])
-    return out
+    return speed_spec.SpeedSpec.from_json(out)
 
 
 def load(path: str | Path, kinds: Kinds) -> Matrix:

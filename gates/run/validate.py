@@ -73,8 +73,8 @@ def _lane_values(m: Matrix) -> list[tuple[str, Any]]:
             for a in g.rule.asked()
             if a.axis == "parallel"
         ]
-    speed = m.speed or {}
-    out += [(f"speed.parallel[{i}]", v) for i, v in enumerate(speed.get("parallel") or [])]
+    speed = m.speed.parallel if m.speed else ()
+    out += [(f"speed.parallel[{i}]", v) for i, v in enumerate(speed)]
     return out
 
 

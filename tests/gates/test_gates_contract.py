@@ -77,11 +77,12 @@ def test_the_real_engine_lists_what_the_runner_reads():
 def test_the_bench_the_speed_runner_drives_is_the_schema_it_reads(root, tmp_path):
     """bench --lockstep of each engine: the flags the runner sends, the ready header, a
     stepped run's answer with every metric the matrix may ask for (gates/run/speed/schema.py)."""
+    from gates.plan.speed import SpeedSpec
     from gates.run.speed import schema
     from gates.run.speed.measure import bench_argv
 
     model = REPO / "fixtures" / "models" / "tiny-qwen3"
-    spec = {"parallel": [1, 2], "prompt_tokens": 8, "gen_tokens": 3}
+    spec = SpeedSpec(parallel=(1, 2), prompt_tokens=8, gen_tokens=3)
     argv = bench_argv(model, "numpy", spec)
     asks = [{"parallel": 2, "turn": 1}] * 8 + [{"parallel": 1}]
     out = subprocess.run(

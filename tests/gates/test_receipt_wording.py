@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from gates.plan import matrix
+from gates.plan.speed import SpeedSpec
 from gates.report import speed_chart as chart
 from gates.report.receipt import render
 from gates.run import execute
@@ -81,11 +81,7 @@ def test_the_speed_budget_stops_blocks(tmp_path):
     (red before: the first `blocks` blocks always ran); every cell says why it is open."""
     from gates.run.speed.measure import run_speed
 
-    spec = matrix.SPEED_DEFAULTS | {
-        "parallel": [1],
-        "metrics": ["decode_cpu_s_per_token"],
-        "budget_s": 0.01,
-    }
+    spec = SpeedSpec(parallel=(1,), metrics=("decode_cpu_s_per_token",), budget_s=0.01)
     got = run_speed({"base": STUB, "head": STUB}, STUB, "numpy", spec, tmp_path)
     assert got.blocks == 1 and got.stopped == "budget"
     assert [c.verdict for c in got.cells] == [Verdict.INCONCLUSIVE]

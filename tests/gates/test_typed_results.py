@@ -103,8 +103,6 @@ ALLOWED = {
     ("gates.pipeline", "_side_json", "return"): "a side (ref, sha, tree) as the manifest writes it",
     # speed: a SpeedRun's raw parts (the matrix's speed section, the engine's JSON lines,
     # a block's record as the manifest keeps it)
-    **{("gates.run.speed.measure", "*", p): "the matrix's speed section" for p in ("spec",)},
-    **{(m, "*", "spec"): "the matrix's speed section" for m in ("gates.run.speed.results",)},
     ("gates.run.speed.measure", "run_block", "return"): "a block's record, JSON for the manifest",
     ("gates.run.speed.measure", "judge", "samples"): "blocks' records from run_block",
     ("gates.run.speed.estimate", "*", "runs"): "the engine's timed runs as it printed them",

@@ -307,8 +307,7 @@ class RayExecutor:
         try:
             return SpeedRun.from_json(ray.get(_speed.options(**opts).remote(commits, specs, kw)))
         except ray.exceptions.RayError as e:
-            spec = kw.get("spec") or {}
-            return SpeedRun(Status.COULD_NOT_RUN, f"on Ray: {_why(e)}", spec=dict(spec))
+            return SpeedRun(Status.COULD_NOT_RUN, f"on Ray: {_why(e)}", spec=kw.get("spec"))
 
     def run_info(self) -> dict[str, Any]:
         """The receipt's machine: the kind the arms ran on, and where that is."""

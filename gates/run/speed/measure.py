@@ -14,6 +14,7 @@ more run, up to ``max_blocks`` and ``budget_s`` seconds.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
@@ -24,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from gates.plan.speed import SAMPLE_PER
+from gates.plan.speed import SAMPLE_PER, SpeedSpec
 from gates.run.execute import base_env, has_engine
 from gates.run.results import Status
 from gates.run.speed import cpus, estimate, schema, stats
@@ -38,7 +39,7 @@ SIDES = ("base", "head")
 KEEP = ("parallel", "cpu_s", "wall_s", "generated_tokens", "prompt_tokens", *schema.METRICS)
 
 
-def bench_argv(model: Path, backend: str, spec: dict[str, Any]) -> list[str]:
+def bench_argv(model: Path, backend: str, spec: SpeedSpec) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -50,11 +51,11 @@ def bench_argv(model: Path, backend: str, spec: dict[str, Any]) -> list[str]:
         "--backend",
         backend,
         "--parallel",
-        str(max(spec["parallel"])),  # the warm-up's stream count
+        str(max(spec.parallel)),  # the warm-up's stream count
         "--prompt-tokens",
-        str(spec["prompt_tokens"]),
+        str(spec.prompt_tokens),
         "--gen-tokens",
-        str(spec["gen_tokens"]),
+        str(spec.gen_tokens),
     ]
 
 
@@ -65,15 +66,17 @@ def _load() -> float | None:
         return None
 
 
-def _pair(workers: dict[str, Worker], order: tuple[str, str], n: int, spec: dict) -> list[dict]:
+def _pair(
+    workers: dict[str, Worker], order: tuple[str, str], n: int, spec: SpeedSpec
+) -> list[dict]:
     """One timed run of ``n`` streams on each side, the two taking turns of ``turn`` actions."""
-    per_run = [m for m in spec["metrics"] if m in estimate.PER_RUN]
+    per_run = [m for m in spec.metrics if m in estimate.PER_RUN]
     done: dict[str, dict[str, Any]] = {}
     while len(done) < len(order):
         for side in order:
             if side in done:
                 continue
-            got = workers[side].unit(n, spec["turn"])
+            got = workers[side].unit(n, spec.turn)
             if got.get("done") is True:
                 try:
                     done[side] = {"side": side, **schema.check_run(got, n, per_run)}
@@ -84,42 +87,36 @@ def _pair(workers: dict[str, Worker], order: tuple[str, str], n: int, spec: dict
     return [done[side] for side in order]
 
 
-def _turns(workers: dict[str, Worker], index: int, spec: dict[str, Any]) -> list[dict]:
+def _turns(workers: dict[str, Worker], index: int, spec: SpeedSpec) -> list[dict]:
     """The block's timed runs in the order they started, each marked with its side and
     its repeat."""
     ran = []
-    for k in range(spec["repeats"]):
-        for i, n in enumerate(spec["parallel"]):
+    for k in range(spec.repeats):
+        for i, n in enumerate(spec.parallel):
             ran += [{**r, "repeat": k} for r in _pair(workers, ORDER[(index + k + i) % 2], n, spec)]
     return ran
 
 
-def per_repeat(spec: dict[str, Any]) -> bool:
-    """``sample_per: repeat``: each repeat of a block is a pair of its own (a sample), so one
-    pair of processes (their load and warm-up: most of a block's time on a small machine)
-    gives ``repeats`` samples; ``block`` (the default): one sample per block."""
-    return spec.get("sample_per", "block") == "repeat"
-
-
-def override(spec: dict[str, Any], pairs: list[str]) -> None:
-    """Set ``KEY=VALUE`` pairs (values read as YAML) in a speed section, in place: only its
-    own keys and ``sample_per``, each of its type (calibration: ``--speed``)."""
+def override(spec: SpeedSpec, pairs: list[str]) -> SpeedSpec:
+    """The section with ``KEY=VALUE`` pairs set (values read as YAML): only its own keys,
+    each of its type (calibration: ``--speed``)."""
+    keys = [f.name for f in dataclasses.fields(spec)]
     for pair in pairs:
         key, eq, raw = pair.partition("=")
-        old = spec.get(key, "block" if key == "sample_per" else None)
-        if not eq or old is None:
-            raise ValueError(f"--speed {pair}: expected KEY=VALUE, KEY one of {', '.join(spec)}")
-        value = yaml.safe_load(raw)
+        if not eq or key not in keys:
+            raise ValueError(f"--speed {pair}: expected KEY=VALUE, KEY one of {', '.join(keys)}")
+        old, value = getattr(spec, key), yaml.safe_load(raw)
         if isinstance(old, float) and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
+        if isinstance(old, tuple) and isinstance(value, list):
+            value = tuple(value)
         if type(value) is not type(old) or (key == "sample_per" and value not in SAMPLE_PER):
             raise ValueError(f"--speed {pair}: {key} must be a {type(old).__name__}, like {old!r}")
-        spec[key] = value
+        spec = dataclasses.replace(spec, **{key: value})
+    return spec
 
 
-def run_block(
-    index: int, start: Callable[[str], Worker], spec: dict[str, Any]
-) -> list[dict[str, Any]]:
+def run_block(index: int, start: Callable[[str], Worker], spec: SpeedSpec) -> list[dict[str, Any]]:
     """One block: both sides' timed runs, and each cell's value per side; one sample, or
     (``sample_per: repeat``) one per repeat."""
     t0, load_before = time.monotonic(), _load()
@@ -143,19 +140,19 @@ def run_block(
         return {
             f"{m}@{n}": [
                 estimate.value(
-                    [r for r in runs if r["side"] == s and r["parallel"] == n], m, spec["quantile"]
+                    [r for r in runs if r["side"] == s and r["parallel"] == n], m, spec.quantile
                 )
                 for s in SIDES
             ]
-            for m in spec["metrics"]
-            for n in spec["parallel"]
+            for m in spec.metrics
+            for n in spec.parallel
         }
 
-    groups = [[r for r in ran if r["repeat"] == k] for k in range(spec["repeats"])]
+    groups = [[r for r in ran if r["repeat"] == k] for k in range(spec.repeats)]
     out = []
-    for j, runs in enumerate(groups if per_repeat(spec) else [ran]):
+    for j, runs in enumerate(groups if spec.per_repeat else [ran]):
         sample = {"block": index, "schema": version, "values": values(runs)}
-        if per_repeat(spec):
+        if spec.per_repeat:
             sample["repeat"] = j
         sample.update(wall_s=wall, load_before=load_before, load_after=load_after)
         sample["runs"] = [{k: r[k] for k in ("side", *KEEP) if k in r} for r in runs]
@@ -163,33 +160,33 @@ def run_block(
     return out
 
 
-def judge(samples: list[dict[str, Any]], spec: dict[str, Any], looks: int) -> list[SpeedCell]:
+def judge(samples: list[dict[str, Any]], spec: SpeedSpec, looks: int) -> list[SpeedCell]:
     cells = {}
-    for m in spec["metrics"]:
-        for n in spec["parallel"]:
+    for m in spec.metrics:
+        for n in spec.parallel:
             pairs = [s["values"][f"{m}@{n}"] for s in samples]
             pairs = [p for p in pairs if not any(math.isnan(x) for x in p)]
             cells[(m, n)] = ([p[0] for p in pairs], [p[1] for p in pairs])
     return stats.verdicts(
         cells,
-        {m: schema.METRICS[m].better for m in spec["metrics"]},
-        alpha=spec["alpha"],
+        {m: schema.METRICS[m].better for m in spec.metrics},
+        alpha=spec.alpha,
         looks=looks,
-        delta=spec["delta"],
-        min_effect=spec["min_effect"],
+        delta=spec.delta,
+        min_effect=spec.min_effect,
     )
 
 
-def max_looks(spec: dict[str, Any]) -> int:
-    extra = max(0, spec["max_blocks"] - spec["blocks"])
-    return 1 + (math.ceil(extra / spec["add_blocks"]) if spec["add_blocks"] > 0 else 0)
+def max_looks(spec: SpeedSpec) -> int:
+    extra = max(0, spec.max_blocks - spec.blocks)
+    return 1 + (math.ceil(extra / spec.add_blocks) if spec.add_blocks > 0 else 0)
 
 
 def _starter(
     sides: dict[str, Path],
     model: Path,
     backend: str,
-    spec: dict[str, Any],
+    spec: SpeedSpec,
     cache: Path,
     plant: dict[str, str] | None,
     pythons: dict[str, str] | None,
@@ -202,7 +199,7 @@ def _starter(
 
     def start(side: str) -> Worker:
         python = (pythons or {}).get(side, argv[0])
-        return Worker([python, *argv[1:]], sides[side], envs[side], cpu, spec["timeout"])
+        return Worker([python, *argv[1:]], sides[side], envs[side], cpu, spec.timeout)
 
     return start
 
@@ -211,7 +208,7 @@ def run_speed(
     sides: dict[str, Path],
     model: Path,
     backend: str,
-    spec: dict[str, Any],
+    spec: SpeedSpec,
     cache: Path,
     log: Any = None,
     plant: dict[str, str] | None = None,
@@ -228,7 +225,7 @@ def _run_speed(
     sides: dict[str, Path],
     model: Path,
     backend: str,
-    spec: dict[str, Any],
+    spec: SpeedSpec,
     cache: Path,
     log: Any,
     plant: dict[str, str] | None,
@@ -241,7 +238,7 @@ def _run_speed(
     the head side; a real comparison never passes it. ``pythons``: a side's interpreter where
     it has its own environment (gates/run/envs.py; default: this one)."""
     t0 = time.monotonic()
-    out = SpeedRun(Status.PASS, spec=dict(spec), planted=dict(plant) if plant else None)
+    out = SpeedRun(Status.PASS, spec=spec, planted=dict(plant) if plant else None)
     for side in SIDES:
         if not has_engine(sides[side]):
             out.status, out.reason = Status.NOT_COMPARABLE, f"{side}: the commit has no engine/"
@@ -249,11 +246,11 @@ def _run_speed(
     out.cpu = cpu
     start = _starter(sides, model, backend, spec, cache, plant, pythons, out.cpu)
     out.max_looks = max_looks(spec)
-    target, ran = spec["blocks"], 0  # samples wanted; blocks run (one sample each, or more)
+    target, ran = spec.blocks, 0  # samples wanted; blocks run (one sample each, or more)
     while True:
         while len(out.samples) < target:
             spent = time.monotonic() - t0
-            if ran and spent + spent / ran > spec["budget_s"]:
+            if ran and spent + spent / ran > spec.budget_s:
                 out.stopped = "budget"  # the next block would end past it: judge what there is
                 break
             try:
@@ -271,13 +268,13 @@ def _run_speed(
         spent, done = time.monotonic() - t0, len(out.samples)
         open_cells = [c for c in out.cells if c.verdict in OPEN]
         slower = any(c.verdict is Verdict.SLOWER for c in out.cells)  # failed: a look's
-        if slower or not open_cells or done >= spec["max_blocks"] or out.looks >= out.max_looks:
+        if slower or not open_cells or done >= spec.max_blocks or out.looks >= out.max_looks:
             break  # verdict stands (its alpha is spent), so more blocks cannot undo it
-        if spent + spent / ran > spec["budget_s"]:
+        if spent + spent / ran > spec.budget_s:
             out.stopped = "budget"  # not even one more block fits
             break
-        target = min(spec["max_blocks"], done + spec["add_blocks"])
-    out.blocks, out.level = len(out.samples), spec["alpha"] / out.max_looks
+        target = min(spec.max_blocks, done + spec.add_blocks)
+    out.blocks, out.level = len(out.samples), spec.alpha / out.max_looks
     out.schema = out.samples[0]["schema"] if out.samples else None
     out.wall_s = round(time.monotonic() - t0, 1)
     if any(c.verdict is Verdict.SLOWER for c in out.cells):

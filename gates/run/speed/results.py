@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from gates.plan.speed import SpeedSpec
 from gates.run.results import Status
 
 
@@ -89,7 +90,7 @@ class SpeedRun:
     cpu_claim: str = ""  # how that CPU was claimed (gates/run/speed/cpus.py)
     stopped: str = ""  # "budget": blocks stopped at budget_s with cells still open
     planted: dict[str, str] | None = None
-    spec: dict[str, Any] = field(default_factory=dict)  # the matrix's speed section
+    spec: SpeedSpec | None = None  # the matrix's speed section
     samples: list[dict[str, Any]] = field(default_factory=list)  # timed runs as printed
 
     def verdicts(self) -> dict[Verdict, int]:
@@ -102,6 +103,7 @@ class SpeedRun:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["status"] = str(self.status)
         out["cells"] = [c.to_json() for c in self.cells]
+        out["spec"] = self.spec.to_json() if self.spec else {}
         return out
 
     @classmethod
@@ -109,6 +111,7 @@ class SpeedRun:
         kw = {f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d}
         kw["status"] = Status(d["status"])
         kw["cells"] = [SpeedCell.from_json(c) for c in d.get("cells") or []]
+        kw["spec"] = SpeedSpec.from_json(d["spec"]) if d.get("spec") else None
         return cls(**kw)
 
 
