@@ -21,6 +21,7 @@ from gates.report import accept
 from gates.report.manifest import receipts_writable, report
 from gates.run import contract, envs, executors, refs, shard, store, validate
 from gates.run.arms import ArmRunner
+from gates.run.capabilities import Capabilities
 from gates.run.execute import GPU_BACKENDS, capabilities
 from gates.run.results import Status
 from gates.run.speed.measure import run_speed
@@ -81,13 +82,13 @@ def resolve_sides(
     cache: Path,
     backends: list[str],
     executor: Any = None,
-) -> tuple[dict[str, refs.Side], dict[str, tuple[dict | None, str]], dict[str, envs.Env]]:
+) -> tuple[dict[str, refs.Side], dict[str, tuple[Capabilities | None, str]], dict[str, envs.Env]]:
     """The resolve phase: refs -> sides with worktrees, each side's environment (gates/run/envs.py)
     and its engine's capabilities."""
     sides = {"base": refs.side(repo, "base", opts.base), "head": refs.side(repo, "head", opts.head)}
     side_envs = envs.resolve(repo, sides, backends)
     fp = executor.run_info()["fingerprint"] if executor else store.fingerprint()
-    caps: dict[str, tuple[dict | None, str]] = {}
+    caps: dict[str, tuple[Capabilities | None, str]] = {}
     for s in sides.values():
         env = side_envs[s.name]
         if s.engine_tree is None:
@@ -101,7 +102,7 @@ def resolve_sides(
         ckey = store.arm_key(s.engine_tree, {"capabilities": True}, "", {}, fp, kv)
         cached = st.get(ckey, must_have="caps")
         if cached is not None:
-            caps[s.name] = (cached["caps"], "")
+            caps[s.name] = (Capabilities.from_json(cached["caps"]), "")
             continue
         if executor:
             got, why = executor.capabilities(s, env)
@@ -109,7 +110,7 @@ def resolve_sides(
             got, why = capabilities(s.worktree, cache, python=env.python)
         caps[s.name] = (got, why)
         if got is not None:
-            st.put(ckey, {"caps": got})
+            st.put(ckey, {"caps": got.to_json()})
     if executor:
         executor.bind(sides, side_envs)
     return sides, caps, side_envs

@@ -21,6 +21,7 @@ from gates.plan import prompts
 from gates.plan.build import Arm, canonical
 from gates.run import blas, refs, served, store
 from gates.run import envs as envs_mod
+from gates.run.capabilities import Capabilities
 from gates.run.contract import (
     TRUTH_DRAFTERS,
     architecture_missing,
@@ -79,7 +80,7 @@ def finished(row: ArmResult, run: ArmRun) -> ArmResult:
 @dataclass
 class ArmRunner:
     sides: dict[str, refs.Side]
-    caps: dict[str, tuple[dict | None, str]]
+    caps: dict[str, tuple[Capabilities | None, str]]
     sets: dict[str, list[dict[str, Any]]]
     models: dict[str, Path]
     fixtures: dict[str, str]
@@ -137,7 +138,7 @@ class ArmRunner:
         extra = self._drafter_args(arm, key_cfg)
         if extra is None:
             return
-        caps = self.caps[arm.side][0] or {}
+        caps = self.caps[arm.side][0] or Capabilities()
         lines, dropped = self._requests(arm, caps)
         if dropped:
             self._mark(arm, dropped=dropped)
@@ -215,7 +216,7 @@ class ArmRunner:
         self.results[arm] = ArmRun(status, reason=f"its plain twin did not run ({why})")
 
     def _requests(
-        self, arm: Arm, caps: dict[str, Any]
+        self, arm: Arm, caps: Capabilities
     ) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """The arm's request lines, and those dropped (id -> why): a request key its engine
         lacks (an older engine would ignore it and answer another request), or one its
@@ -224,7 +225,7 @@ class ArmRunner:
         lines, dropped = [], {}
         for r in prompts.requests_for(self.sets[cfg["prompts"]], cfg["max_tokens"], cfg["resumed"]):
             unknown = sorted(set(r) - known)
-            why = served.unservable(r, caps.get("serve") or {}) if cfg.get("served") else None
+            why = served.unservable(r, caps.serve) if cfg.get("served") else None
             if unknown:
                 dropped[r["id"]] = f"the {arm.side} engine has no request key {unknown[0]}"
             elif why:

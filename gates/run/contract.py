@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gates.run.capabilities import Capabilities
+
 REPLY_KEYS = (
     "id",
     "ids",
@@ -86,24 +88,23 @@ V1_REQUEST_KEYS = frozenset(
 )
 
 
-def request_keys(caps: dict[str, Any]) -> frozenset[str]:
-    keys = caps.get("request_keys")
-    return frozenset(keys) if isinstance(keys, list) else V1_REQUEST_KEYS
+def request_keys(caps: Capabilities) -> frozenset[str]:
+    keys = caps.request_keys
+    return frozenset(keys) if keys is not None else V1_REQUEST_KEYS
 
 
-def writes_trace(caps: dict[str, Any]) -> bool:
-    flags = caps.get("flags")
-    return isinstance(flags, list) and "--trace" in flags and "--virtual-clock" in flags
+def writes_trace(caps: Capabilities) -> bool:
+    flags = caps.flags or ()
+    return "--trace" in flags and "--virtual-clock" in flags
 
 
-def missing(caps: dict[str, Any], c: dict[str, Any]) -> str | None:
+def missing(caps: Capabilities, c: dict[str, Any]) -> str | None:
     """Why an engine with ``caps`` cannot run config ``c`` (None: it can)."""
 
     def listed(key: str, value: Any) -> bool:
-        vals = caps.get(key)
-        return isinstance(vals, list) and value in vals
+        return value in (caps.listed(key) or ())
 
-    if not isinstance(caps.get("contract"), int):
+    if caps.contract is None:
         return "capabilities has no contract version"
     if not listed("backends", c["backend"]):
         return f"no backend {c['backend']}"
@@ -111,12 +112,12 @@ def missing(caps: dict[str, Any], c: dict[str, Any]) -> str | None:
         return f"no kv {c['kv']}"
     if c["drafter"] != "none" and not listed("drafters", c["drafter"]):
         return f"no drafter {c['drafter']}"
-    if c["paging"] != "off" and not caps.get("paging"):
+    if c["paging"] != "off" and not caps.paging:
         return "no paging"
-    if c.get("serial") and not caps.get("serial"):
+    if c.get("serial") and not caps.serial:
         return "no --serial"
-    flags = caps.get("flags")
-    if isinstance(flags, list):
+    flags = caps.flags
+    if flags is not None:
         for a in engine_args(c) + ["--metrics"]:
             if a.startswith("--") and a not in flags:
                 return f"no flag {a}"
@@ -126,35 +127,33 @@ def missing(caps: dict[str, Any], c: dict[str, Any]) -> str | None:
     return serve_missing(caps, c) if c.get("served") else None
 
 
-def serve_missing(caps: dict[str, Any], c: dict[str, Any]) -> str | None:
+def serve_missing(caps: Capabilities, c: dict[str, Any]) -> str | None:
     """Why ``engine serve`` of an engine with ``caps`` cannot run served config ``c``."""
-    serve = caps.get("serve")
-    if not isinstance(serve, dict):
+    serve = caps.serve
+    if serve is None:
         return "no served API that returns token ids and their bits (contract 3: serve)"
-    keys = serve.get("choice_keys")
-    lack = [k for k in SERVE_CHOICE_KEYS if not (isinstance(keys, list) and k in keys)]
+    lack = [k for k in SERVE_CHOICE_KEYS if k not in (serve.choice_keys or ())]
     if lack:
         return f"a server that returns no {', '.join(lack)}"
-    if not serve.get("port_zero"):
+    if not serve.port_zero:
         return "a server that cannot pick a free port (--port 0)"
     if c["drafter"] in TRUTH_DRAFTERS:
         return f"no served {c['drafter']} drafter (the server names its requests itself)"
     return None
 
 
-def backend_facts(caps: list[dict[str, Any] | None], backends: list[str]) -> dict[str, dict]:
+def backend_facts(
+    caps: list[Capabilities | None], backends: list[str]
+) -> dict[str, dict[str, str]]:
     """The provenance facts (GPU, driver, CUDA, cuBLAS, ...) that the engines report in
     capabilities' ``backend_info`` (contract 4) for the matrix's backends: per backend, the
     first side's that has them. An engine before contract 4 reports none."""
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, str]] = {}
     for c in caps:
-        info = (c or {}).get(BACKEND_INFO)
-        if not isinstance(info, dict):
-            continue
         for name in backends:
-            facts = info.get(name)
-            if name not in out and isinstance(facts, dict) and facts:
-                out[name] = {str(k): str(v) for k, v in facts.items()}
+            facts = c.backend_info.get(name) if c is not None else None
+            if name not in out and facts:
+                out[name] = dict(facts)
     return out
 
 
@@ -168,13 +167,13 @@ def model_architectures(model_dir: Path) -> tuple[str, ...]:
     return tuple(a for a in archs if isinstance(a, str)) if isinstance(archs, list) else ()
 
 
-def architecture_missing(caps: dict[str, Any], archs: tuple[str, ...]) -> str | None:
+def architecture_missing(caps: Capabilities, archs: tuple[str, ...]) -> str | None:
     """Why an engine with ``caps`` cannot load a model of ``archs`` (None: it can, the model
     names no architecture, or an engine of contract 5 or later lists none: then it is asked,
     and a refusal, exit 2, is judged as any refused arm is)."""
-    known = caps.get("architectures")
-    if not isinstance(known, list) and isinstance(caps.get("contract"), int):
-        known = list(BEFORE_ARCHITECTURES) if caps["contract"] < ARCHITECTURES_SINCE else None
+    known = caps.architectures
+    if known is None and caps.contract is not None:
+        known = BEFORE_ARCHITECTURES if caps.contract < ARCHITECTURES_SINCE else None
     if not archs or known is None or any(a in known for a in archs):
         return None
     return f"no architecture {archs[0]} (it loads {', '.join(map(str, known))})"

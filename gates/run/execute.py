@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gates.run.capabilities import Capabilities
 from gates.run.contract import REPLY_KEYS, engine_args
 from gates.run.procs import forget, kill, spawn
 from gates.run.results import ArmRun, Status
@@ -98,7 +99,7 @@ def has_engine(worktree: Path) -> bool:
 
 def capabilities(
     worktree: Path, cache: Path, timeout: float = 120, python: str = sys.executable
-) -> tuple[dict | None, str]:
+) -> tuple[Capabilities | None, str]:
     """(capabilities, "") or (None, why this commit's engine can run nothing)."""
     if not has_engine(worktree):
         return None, "the commit has no engine (engine/__main__.py)"
@@ -114,7 +115,7 @@ def capabilities(
         return None, "`engine capabilities --json` printed no JSON object"
     if not isinstance(caps, dict):
         return None, "`engine capabilities --json` printed no JSON object"
-    return caps, ""
+    return Capabilities.from_json(caps), ""
 
 
 @dataclass

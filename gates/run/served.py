@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from gates.run.capabilities import Serve
 from gates.run.contract import REPLY_KEYS, SERVE_CHOICE_KEYS, engine_args
 from gates.run.execute import ArmJob, tail
 from gates.run.procs import forget, kill, spawn
@@ -45,15 +46,14 @@ class ServedError(Exception):
     """The server broke the contract or went away: the arm crashed, with this reason."""
 
 
-def unservable(line: dict[str, Any], serve: dict[str, Any]) -> str | None:
+def unservable(line: dict[str, Any], serve: Serve | None) -> str | None:
     """Why a request line cannot be sent through the served API (None: it can)."""
     if line.get("kind", "complete") != "complete":
         return f"the served API has no {line['kind']} kind"
     other = sorted(set(line) - set(CLIENT_KEYS))
     if other:
         return f"a client cannot send {other[0]} (the server has no such field)"
-    keys = serve.get("request_keys")
-    known = set(keys) if isinstance(keys, list) else set()
+    known = set(serve.request_keys or ()) if serve is not None else set()
     for k in ("temperature", "seed", *EXTRA_BODY):
         if k in line and k not in known:
             return f"the server reads no {k}"

@@ -7,15 +7,16 @@ from typing import Any
 
 from gates import BadInput
 from gates.plan.matrix import Matrix
+from gates.run.capabilities import Capabilities
 from gates.run.results import ArmResult
 
 # axis -> the capabilities list that names its values
 LISTED = {"kv": "kv", "drafter": "drafters"}
 
 
-def _known(caps: list[dict[str, Any]], key: str) -> set[Any] | None:
+def _known(caps: list[Capabilities], key: str) -> set[Any] | None:
     """The values any engine lists under ``key``; None if no engine lists it at all."""
-    lists = [c.get(key) for c in caps if isinstance(c.get(key), list)]
+    lists = [got for c in caps if (got := c.listed(key)) is not None]
     if not lists:
         return None
     return {v for values in lists for v in values}
@@ -29,7 +30,7 @@ def _refuse(m: Matrix, key: str, axis: str, value: Any, known: set[Any]) -> BadI
     )
 
 
-def against_capabilities(m: Matrix, caps: list[dict[str, Any]]) -> None:
+def against_capabilities(m: Matrix, caps: list[Capabilities]) -> None:
     """Raise BadInput for an axis, ``where`` or rule value that no engine knows."""
     for axis, cap_key in LISTED.items():
         known = _known(caps, cap_key)
@@ -78,11 +79,10 @@ def _lane_values(m: Matrix) -> list[tuple[str, Any]]:
     return out
 
 
-def within_limits(m: Matrix, caps: list[dict[str, Any]]) -> None:
+def within_limits(m: Matrix, caps: list[Capabilities]) -> None:
     """Raise BadInput for a lane count past what every engine takes (capabilities'
     ``limits.parallel``, contract 5): refused before the first arm, not by each arm."""
-    tops = [c["limits"].get("parallel") for c in caps if isinstance(c.get("limits"), dict)]
-    tops = [t for t in tops if isinstance(t, int) and not isinstance(t, bool)]
+    tops = [c.max_parallel for c in caps if c.max_parallel is not None]
     if not tops:
         return
     top = max(tops)

@@ -18,6 +18,7 @@ from gates import pipeline as run_mod
 from gates.report.receipt import render
 from gates.report.receipt.table import fence
 from gates.run import execute
+from gates.run.capabilities import Capabilities
 from gates.run.execute import ArmJob
 from gates.run.results import ArmRun, Status
 
@@ -135,7 +136,8 @@ def test_the_default_matrix_with_a_failing_head_stays_under_the_limit(stub_repo,
         ).stdout
     )
     caps.setdefault("architectures", ["Qwen3ForCausalLM", "Qwen3MoeForCausalLM"])  # fake arms
-    monkeypatch.setattr(run_mod, "capabilities", lambda worktree, cache, **kw: (caps, ""))
+    typed = Capabilities.from_json(caps)
+    monkeypatch.setattr(run_mod, "capabilities", lambda worktree, cache, **kw: (typed, ""))
     monkeypatch.setattr(execute, "run_arm", fake_arm(head))
     code, man, md = run_gates(stub_repo, "--no-speed", matrix="matrices/default.yaml")
     assert code == 1, man.get("verdict")

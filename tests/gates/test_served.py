@@ -18,6 +18,7 @@ from gates.plan import build as plan
 from gates.plan import matrix, prompts
 from gates.power import plants
 from gates.run import contract, served
+from gates.run.capabilities import Serve
 from gates.run.execute import ArmJob, base_env, capabilities, run_arm
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,7 +77,7 @@ def test_a_bad_served_rule_names_its_key(tmp_path, body, key):
 
 
 def test_lines_a_client_cannot_send_are_left_out_with_a_reason():
-    serve = {"request_keys": ["prompt", "max_tokens", "temperature", "seed", "stop_ids"]}
+    serve = Serve(request_keys=("prompt", "max_tokens", "temperature", "seed", "stop_ids"))
     ok = {"id": "a", "prompt": "x", "max_tokens": 3, "seed": 2, "cancel_after": 1}
     assert served.unservable(ok, serve) is None
     assert "embed" in served.unservable({**ok, "kind": "embed"}, serve)
@@ -148,7 +149,7 @@ def test_served_equals_offline_and_planted_server_bugs_show(tmp_path):
     caps, why = capabilities(REPO, tmp_path / "cache")
     assert caps is not None, why
     for line in LINES:
-        assert served.unservable(line, caps["serve"]) is None, line
+        assert served.unservable(line, caps.serve) is None, line
     offline = run_arm(job(tmp_path, REPO, None, "offline"))
     assert offline.ok, offline
     for mode in ("stream", "plain"):
@@ -177,14 +178,15 @@ def test_served_equals_offline_and_planted_server_bugs_show(tmp_path):
 
 
 def test_the_real_server_lists_what_a_served_arm_sends_and_reads(tmp_path):
-    from test_gates_contract import engine_cli, widest_config
+    from test_gates_contract import caps_of, engine_cli, widest_config
 
     caps, why = capabilities(REPO, tmp_path / "cache")
     assert caps is not None, why
-    serve = caps["serve"]
-    assert set(contract.SERVE_CHOICE_KEYS) <= set(serve["choice_keys"])
-    assert {"temperature", "seed", *served.EXTRA_BODY} <= set(serve["request_keys"])
-    assert set(RESOURCE_LIMITS) <= set(serve["metrics_keys"])
+    serve = caps.serve
+    assert serve is not None
+    assert set(contract.SERVE_CHOICE_KEYS) <= set(serve.choice_keys or ())
+    assert {"temperature", "seed", *served.EXTRA_BODY} <= set(serve.request_keys or ())
+    assert set(RESOURCE_LIMITS) <= set(caps_of(REPO)["serve"]["metrics_keys"])
     cfg = {**widest_config(caps), "drafter": "mtp", "served": "stream"}
     assert contract.missing(caps, cfg) is None
     assert "no served noisy" in contract.missing(caps, {**cfg, "drafter": "noisy"})

@@ -16,6 +16,7 @@ from gates import BadInput
 if TYPE_CHECKING:
     from gates.plan.build import Arm
     from gates.run import envs, refs
+    from gates.run.capabilities import Capabilities
     from gates.run.execute import ArmJob, Progress
     from gates.run.results import ArmRun
     from gates.run.speed.results import SpeedRun
@@ -35,7 +36,7 @@ class Executor(Protocol):
         """The machine fingerprint the arm's result is keyed under (where it will run)."""
         ...
 
-    def capabilities(self, side: refs.Side, env: envs.Env) -> tuple[dict | None, str]:
+    def capabilities(self, side: refs.Side, env: envs.Env) -> tuple[Capabilities | None, str]:
         """A side's engine capabilities as a worker sees them (its backends, its GPU)."""
         ...
 

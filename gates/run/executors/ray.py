@@ -43,6 +43,7 @@ from gates import BadInput
 from gates.plan.build import Arm, canonical
 from gates.run import envs, refs
 from gates.run.arms import truth_of
+from gates.run.capabilities import Capabilities
 from gates.run.execute import GPU_BACKENDS, ArmJob, Progress, stored_run
 from gates.run.executors import ship, worker
 from gates.run.results import ArmRun, Status
@@ -223,7 +224,7 @@ class RayExecutor:
             opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
         return opts
 
-    def capabilities(self, side: refs.Side, env: envs.Env) -> tuple[dict | None, str]:
+    def capabilities(self, side: refs.Side, env: envs.Env) -> tuple[Capabilities | None, str]:
         opts = self._options(self.gpu, self.kinds[self.gpu][0])
         spec = env.spec if env.kind == "own" else None
         ref = _capabilities.options(**opts).remote(self.shipper.commit(side.sha), spec)
