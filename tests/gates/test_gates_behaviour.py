@@ -79,7 +79,7 @@ def test_schedule_metrics_from_a_trace():
         row("round", decoding=["d"], decoded=["d"], fin={"d": "length"}),
         row("long", stepped={"L": 64}, debt=3.0),
     ]
-    got = schedule.metrics(trace)
+    got = schedule.metrics(schedule.rows_of(trace))
     assert got == {
         "max_decode_gap_rounds": 2,  # the long step and s1's step
         "short_ttft_rounds": 2,  # s2 waited through two rounds
@@ -128,7 +128,7 @@ def test_rounds_ahead_of_a_due_long_step_read_as_worse_not_better():
         row("long", stepped={"L": 64}),
         row("long", stepped={"L": 64}),
     ]
-    mb, mh = schedule.metrics(base), schedule.metrics(head)
+    mb, mh = schedule.metrics(schedule.rows_of(base)), schedule.metrics(schedule.rows_of(head))
     assert mh["max_decode_gap_rounds"] < mb["max_decode_gap_rounds"]
     assert mh["long_gap_rounds"] < mb["long_gap_rounds"]
     assert (mb["long_first_step_rounds"], mh["long_first_step_rounds"]) == (0, 2)
@@ -152,16 +152,18 @@ def test_background_wait_bounds_aging():
         return [*rows, step("b1", [])]
 
     bg = frozenset({"b1"})
-    assert schedule.metrics(stream(8), bg)["background_wait_actions"] == 8
-    late = schedule.metrics(stream(9), bg)
+    assert schedule.metrics(schedule.rows_of(stream(8)), bg)["background_wait_actions"] == 8
+    late = schedule.metrics(schedule.rows_of(stream(9)), bg)
     assert late["background_wait_actions"] == 9 and late["priority_inversions"] == 0
-    assert schedule.metrics(stream(7), bg)["priority_inversions"] == 0  # nobody waited
+    assert (
+        schedule.metrics(schedule.rows_of(stream(7)), bg)["priority_inversions"] == 0
+    )  # nobody waited
     early = stream(7)
     early[-1]["waiting"] = ["f7"]
     early[-1]["arrived"] = {"f7": "short"}
-    assert schedule.metrics(early, bg)["priority_inversions"] == 1
+    assert schedule.metrics(schedule.rows_of(early), bg)["priority_inversions"] == 1
     starved = stream(8)[:-1]  # never stepped: it waited to the end
-    assert schedule.metrics(starved, bg)["background_wait_actions"] == 8
+    assert schedule.metrics(schedule.rows_of(starved), bg)["background_wait_actions"] == 8
 
 
 def test_acceptance_drop():
@@ -250,12 +252,12 @@ def test_priority_inversions_count_unaged_background_steps_ahead_of_foreground()
     arrived = {"f1": "short", "f2": "short", "b1": "short"}
     good = [step("f1", ["f2", "b1"], arrived), step("f2", ["b1"]), step("b1", [])]
     bad = [step("b1", ["f1", "f2"], arrived), step("f1", ["f2"]), step("f2", [])]
-    assert schedule.metrics(good, frozenset({"b1"}))["priority_inversions"] == 0
-    assert schedule.metrics(bad, frozenset({"b1"}))["priority_inversions"] == 1
+    assert schedule.metrics(schedule.rows_of(good), frozenset({"b1"}))["priority_inversions"] == 0
+    assert schedule.metrics(schedule.rows_of(bad), frozenset({"b1"}))["priority_inversions"] == 1
     aged = [step(f"f{i}", [f"f{i + 1}", "b1"], {f"f{i}": "short"}) for i in range(8)]
     aged[0]["arrived"]["b1"] = "short"
     aged.append(step("b1", ["f8"], {"f8": "short"}))  # waited 8 actions: aged, may go first
-    assert schedule.metrics(aged, frozenset({"b1"}))["priority_inversions"] == 0
+    assert schedule.metrics(schedule.rows_of(aged), frozenset({"b1"}))["priority_inversions"] == 0
 
 
 def test_blas_row_variant_rules_plan_their_own_arms(tmp_path: Path):

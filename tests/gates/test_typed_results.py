@@ -118,7 +118,8 @@ ALLOWED = {
     ("gates.selftest", "_plant", "return"): "planted prompt requests, not results",
     ("gates.selftest", "_runner", "config"): "an arm's configuration (axis -> value)",
     ("gates.judge.checks.equality", "compare", "requests"): "prompt requests by id, not results",
-    ("gates.judge.checks.schedule", "_trace", "return"): "trace rows",
+    ("gates.judge.checks.schedule", "from_json", "d"): "a trace row as the engine wrote it",
+    ("gates.judge.checks.schedule", "_mapping", "return"): "a mapping of a trace row, as written",
     (
         "gates.judge.checks.equality",
         "_diff",
@@ -136,8 +137,6 @@ ALLOWED = {
         for p in ("x", "y")
     },
     ("gates.judge.checks.equality", "*", "request"): "one prompt request, not a result",
-    **{("gates.judge.checks.schedule", "*", p): "trace rows" for p in ("trace", "row")},
-    **{("gates.judge.checks.schedule", "first_change", p): "trace rows" for p in ("a", "b")},
 }
 
 DICT = dict[str, Any]

@@ -35,6 +35,7 @@ prompt) cannot pass as better for another (smaller decode gaps, faster short pro
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from gates.judge.results import CheckOutcome
@@ -54,6 +55,53 @@ LABELS = {
 ROW_KEYS = ("kind", "decoding", "decoded", "stepped", "waiting")
 
 
+def _ids(v: Any) -> tuple[str, ...]:
+    """Request ids of a list (or the keys of a mapping) the trace wrote; none for null."""
+    return tuple(str(x) for x in v) if isinstance(v, (list, dict)) else ()
+
+
+def _mapping(v: Any) -> dict[str, Any]:
+    """A mapping the trace wrote, its keys request ids; empty for null."""
+    return {str(k): x for k, x in v.items()} if isinstance(v, dict) else {}
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    """One action of the round loop, as ``engine run --trace`` wrote it (module docstring)."""
+
+    kind: str | None = None  # short | long | round
+    decoding: tuple[str, ...] = ()
+    decoded: tuple[str, ...] = ()
+    stepped: dict[str, int] = field(default_factory=dict)  # prompt -> rows stepped
+    waiting: tuple[str, ...] = ()
+    arrived: dict[str, str] = field(default_factory=dict)  # prompt -> short | long
+    debt_ms: float = 0.0
+    first_token: tuple[str, ...] = ()
+    finished: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TraceRow:
+        stepped, arrived = _mapping(d.get("stepped")), _mapping(d.get("arrived"))
+        return cls(
+            kind=d.get("kind"),
+            decoding=_ids(d.get("decoding")),
+            decoded=_ids(d.get("decoded")),
+            stepped={k: int(v) for k, v in stepped.items()},
+            waiting=_ids(d.get("waiting")),
+            arrived={str(k): str(v) for k, v in arrived.items()}
+            if isinstance(arrived, dict)
+            else {},
+            debt_ms=float(d.get("debt_ms") or 0.0),
+            first_token=_ids(d.get("first_token")),
+            finished=_ids(d.get("finished")),
+        )
+
+
+def rows_of(trace: list[Any]) -> list[TraceRow]:
+    """A trace as the engine wrote it (a row that is no object is skipped)."""
+    return [TraceRow.from_json(r) for r in trace if isinstance(r, dict)]
+
+
 class _Walk:
     """The metrics, accumulated one trace row at a time."""
 
@@ -70,34 +118,34 @@ class _Walk:
     def _max(self, key: str, value: float) -> None:
         self.worst[key] = max(self.worst[key], value)
 
-    def row(self, row: dict[str, Any]) -> None:
-        for rid, kind in (row.get("arrived") or {}).items():
+    def row(self, row: TraceRow) -> None:
+        for rid, kind in row.arrived.items():
             self.cls[rid], self.passed[rid] = kind, 0
             (self.ttft if kind == "short" else self.first)[rid] = 0
         self.worst["priority_inversions"] += self._inversions(row)
-        decoding, decoded = row.get("decoding") or [], set(row.get("decoded") or [])
+        decoding, decoded = row.decoding, set(row.decoded)
         for rid in decoding:
             self.gap[rid] = 0 if rid in decoded else self.gap.get(rid, 0) + 1
             self._max("max_decode_gap_rounds", self.gap[rid])
         if not decoding:
-            self._max("debt_without_decoders", round(float(row.get("debt_ms") or 0.0), 3))
-        for rid in row.get("first_token") or []:
+            self._max("debt_without_decoders", round(row.debt_ms, 3))
+        for rid in row.first_token:
             if rid in self.ttft:
                 self._max("short_ttft_rounds", self.ttft.pop(rid))
-        if row.get("kind") == "long":
-            for rid in row.get("stepped") or {}:
+        if row.kind == "long":
+            for rid in row.stepped:
                 self._max("long_first_step_rounds", self.first.pop(rid, 0))
                 self._max("long_gap_rounds", self.last_step.get(rid, 0))
                 self.last_step[rid] = 0
-        for rid in row.get("finished") or {}:
+        for rid in row.finished:
             if rid in self.first:  # ended (cancelled) before its first step
                 self._max("long_first_step_rounds", self.first.pop(rid))
             self.ttft.pop(rid, None)
             self.last_step.pop(rid, None)
-        if row.get("kind") == "round":
+        if row.kind == "round":
             self._round(decoding, decoded)
 
-    def _round(self, decoding: list[str], decoded: set[str]) -> None:
+    def _round(self, decoding: tuple[str, ...], decoded: set[str]) -> None:
         for pending in (self.ttft, self.first):
             for rid in pending:
                 pending[rid] += 1
@@ -107,12 +155,12 @@ class _Walk:
             else:
                 self.last_step[rid] += 1
 
-    def _inversions(self, row: dict[str, Any]) -> int:
+    def _inversions(self, row: TraceRow) -> int:
         """Background prompts this action stepped while a foreground prompt of their class
         waited, before they were aged; ``passed`` (prompt -> actions waited) moves on."""
-        waiting = set(row.get("waiting") or [])
+        waiting = set(row.waiting)
         n = 0
-        for rid in row.get("stepped") or {}:
+        for rid in row.stepped:
             if rid in self.background:
                 self._max("background_wait_actions", self.passed.get(rid, 0))
                 if self.passed.get(rid, 0) < AGED_AFTER:
@@ -138,9 +186,7 @@ class _Walk:
         }
 
 
-def metrics(
-    trace: list[dict[str, Any]], background: frozenset[str] = frozenset()
-) -> dict[str, float]:
+def metrics(trace: list[TraceRow], background: frozenset[str] = frozenset()) -> dict[str, float]:
     """``background``: ids of the background-priority requests."""
     walk = _Walk(background)
     for row in trace:
@@ -148,9 +194,9 @@ def metrics(
     return walk.done()
 
 
-def _trace(result: ArmRun) -> list[dict[str, Any]] | None:
+def _trace(result: ArmRun) -> list[TraceRow] | None:
     t = result.trace
-    return t if isinstance(t, list) else None
+    return rows_of(t) if isinstance(t, list) else None
 
 
 def check(
@@ -170,21 +216,21 @@ def check(
     return CheckOutcome(not problems, values, problems)
 
 
-def first_change(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> str | None:
+def first_change(a: list[TraceRow], b: list[TraceRow]) -> str | None:
     """Where two traces part, in words (None: the same schedule)."""
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if any(x.get(k) != y.get(k) for k in ROW_KEYS):
+        if any(getattr(x, k) != getattr(y, k) for k in ROW_KEYS):
             return f"schedule changed from event {i} (base: {_what(x)}; head: {_what(y)})"
     if len(a) != len(b):
         return f"schedule changed from event {min(len(a), len(b))} ({len(a)} vs {len(b)} events)"
     return None
 
 
-def _what(row: dict[str, Any]) -> str:
-    if row.get("kind") == "round":
-        return f"round of {', '.join(row.get('decoded') or []) or 'none'}"
-    stepped = ", ".join(f"{k} {v} rows" for k, v in (row.get("stepped") or {}).items())
-    return f"{row.get('kind')} step {stepped}"
+def _what(row: TraceRow) -> str:
+    if row.kind == "round":
+        return f"round of {', '.join(row.decoded) or 'none'}"
+    stepped = ", ".join(f"{k} {v} rows" for k, v in row.stepped.items())
+    return f"{row.kind} step {stepped}"
 
 
 def compare(

@@ -3,14 +3,14 @@ schedule trace is no worse than base's on each metric (by at most ``worse_by``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from gates.judge.checks import schedule
 from gates.judge.kinds.kind import Kind
 from gates.judge.kinds.schedule import (
     SCHEDULE_METRICS,
     SCHEDULE_OVERRIDES,
+    Override,
     asked,
     background,
     configs,
@@ -29,7 +29,7 @@ class ScheduleAcrossCommits(Kind):
     UNIT = "arms"
     ACROSS = True
 
-    override: dict[str, Any] = field(default_factory=dict)  # prompts, parallel, share
+    override: Override = Override()  # prompts, parallel, share
     metrics: tuple[str, ...] = SCHEDULE_METRICS  # metrics head must not worsen
     worse_by: float = 0.0  # allowed increase of each metric
 
