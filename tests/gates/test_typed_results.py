@@ -69,8 +69,6 @@ ALLOWED = {
     ("gates.judge.evaluate", "*", "requests"): "prompt requests, not results",
     ("gates.judge.evaluate", "*", "sets"): "prompt sets, not results",
     ("gates.report.receipt.render", "*", "d"): "one differing request of a comparison, for display",
-    ("gates.report.receipt.render", "failure_lines", "return"): "records for the template",
-    ("gates.report.receipt.lists", "crashed", "return"): "records for the template",
     ("gates.run.execute", "__init__", "config"): "an arm's configuration (axis -> value)",
     ("gates.run.store", "arm_key", "config"): "an arm's configuration (axis -> value)",
     ("gates.run.store", "fingerprint", "m"): "the machine's description, not a result",

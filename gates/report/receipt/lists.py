@@ -4,6 +4,7 @@ all but the first."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from gates.judge.kinds import unit
@@ -50,22 +51,28 @@ def notices(man: dict[str, Any]) -> list[str]:
     return out
 
 
-def crashed(man: dict[str, Any]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Crashed:
+    """Arms that could not run for one reason (and one stderr): a record of the receipt."""
+
+    reason: str
+    stderr_tail: str
+    ids: list[str] = field(default_factory=list)
+
+
+def crashed(man: dict[str, Any]) -> list[Crashed]:
     """Crashed arms grouped by reason and stderr: one record per group."""
-    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    groups: dict[tuple[str, str], Crashed] = {}
     for a in arms_of(man):
         if a.status != Status.CRASHED:
             continue
-        g = groups.setdefault(
-            (a.reason, a.stderr_tail),
-            {"reason": a.reason, "stderr_tail": a.stderr_tail, "ids": []},
-        )
-        g["ids"].append(a.id)
+        g = groups.setdefault((a.reason, a.stderr_tail), Crashed(a.reason, a.stderr_tail))
+        g.ids.append(a.id)
     for gate in gates_of(man):  # an arm refused on one commit that the other one ran
         for e in gate.entries:
             if e.ran_on_other_commit and e.blocked_arm:
                 why = f"{e.arm_reason} (the other commit ran it)"
-                g = groups.setdefault((why, ""), {"reason": why, "stderr_tail": "", "ids": []})
-                if e.blocked_arm not in g["ids"]:
-                    g["ids"].append(e.blocked_arm)
+                g = groups.setdefault((why, ""), Crashed(why, ""))
+                if e.blocked_arm not in g.ids:
+                    g.ids.append(e.blocked_arm)
     return list(groups.values())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,23 @@ def _fmt_ids(ids: list[int] | None) -> str:
     return "[" + ", ".join(map(str, ids or [])) + "]"
 
 
-def failure_lines(man: dict[str, Any]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Failure:
+    """A failing gate as the receipt shows it: its first failing entry in full (``diffs``:
+    one line per differing request, ``more`` not shown), the others one line each."""
+
+    gate: str
+    where: str
+    a_name: str | None
+    b_name: str | None
+    count: str  # matched/total of a comparison; empty for a check
+    reason: str
+    diffs: list[str]
+    more: int
+    others: list[str]
+
+
+def failure_lines(man: dict[str, Any]) -> list[Failure]:
     """Per failing gate: its first failing comparison in full, the others in one line each."""
     out = []
     for g in gates_of(man):
@@ -71,18 +88,20 @@ def failure_lines(man: dict[str, Any]) -> list[dict[str, Any]]:
         if not failing:
             continue
         e = failing[0]
-        rec = {
-            "gate": g.name,
-            "where": e.where,
-            "a_name": e.a_name,
-            "b_name": e.b_name,
-            "count": f"{e.matched}/{e.total}" if e.is_pair else "",
-            "reason": e.reason,
-            "diffs": [_diff_line(d, e.a_name or "", e.b_name or "") for d in e.diffs[:DIFFS_SHOWN]],
-            "more": max(0, e.n_diffs - DIFFS_SHOWN),
-            "others": [_other_line(o) for o in failing[1:]],
-        }
-        out.append(rec)
+        shown = e.diffs[:DIFFS_SHOWN]
+        out.append(
+            Failure(
+                gate=g.name,
+                where=e.where,
+                a_name=e.a_name,
+                b_name=e.b_name,
+                count=f"{e.matched}/{e.total}" if e.is_pair else "",
+                reason=e.reason,
+                diffs=[_diff_line(d, e.a_name or "", e.b_name or "") for d in shown],
+                more=max(0, e.n_diffs - DIFFS_SHOWN),
+                others=[_other_line(o) for o in failing[1:]],
+            )
+        )
     return out
 
 
