@@ -35,11 +35,11 @@ def _plant(
 ) -> tuple[list[dict[str, Any]], str | None, list[str]]:
     """Planted copies: (requests, the id asking one more token, ids with a changed prompt)."""
     out = copy.deepcopy(reqs)
-    by_id = {r["id"]: r for r in base.replies or []}
+    by_id = {r.id: r for r in base.replies or []}
     full = [
         r
         for r in out
-        if by_id[r["id"]].get("finish_reason") == "length" and r.get("max_tokens", max_tokens) > 1
+        if by_id[r["id"]].finish_reason == "length" and r.get("max_tokens", max_tokens) > 1
     ]
     longer = None
     if full:
@@ -108,7 +108,7 @@ def main(
         return EXIT_ARM_FAILED
     ok = _positive(first, second, decode)
     ok &= _negative(first, third, longer, changed, decode)
-    margins = all(isinstance(r.get("margins"), list) for r in first.replies or [])
+    margins = all(r.margins is not None for r in first.replies or [])
     print(f"  {'✅' if margins else '⚠️'} replies carry margins: {'yes' if margins else 'no'}")
     print(
         (
@@ -174,8 +174,7 @@ def _negative(
     len_ok = (
         longer is not None
         and longer in seen
-        and seen[longer]["index"]
-        == next(len(r["ids"]) for r in first.replies or [] if r["id"] == longer)
+        and seen[longer]["index"] == next(len(r.ids) for r in first.replies or [] if r.id == longer)
     )
     prompt_ok = any(i in seen for i in changed)
     good = len_ok and prompt_ok and not stray

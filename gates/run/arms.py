@@ -56,12 +56,7 @@ def row_of(arm: Arm) -> ArmResult:
 def finished(row: ArmResult, run: ArmRun) -> ArmResult:
     """The row with its run's outcome; the replies as summaries (the store keeps them)."""
     replies = [
-        {
-            "id": x["id"],
-            "n": len(x.get("ids") or []),
-            "token_sha": x.get("token_sha"),
-            "finish_reason": x.get("finish_reason"),
-        }
+        {"id": x.id, "n": len(x.ids), "token_sha": x.token_sha, "finish_reason": x.finish_reason}
         for x in run.replies or []
     ]
     return dataclasses.replace(
@@ -199,7 +194,7 @@ class ArmRunner:
             return None
         truth = self.cache / "truth" / f"{twin_key}.jsonl"
         truth.parent.mkdir(parents=True, exist_ok=True)
-        lines = [json.dumps({"id": r["id"], "ids": r.get("ids") or []}) for r in tr.replies or []]
+        lines = [json.dumps({"id": r.id, "ids": list(r.ids)}) for r in tr.replies or []]
         store.write_atomic(truth, "".join(line + "\n" for line in lines))
         key_cfg["drafter_truth"] = twin_key
         return ["--drafter-model", str(truth)]

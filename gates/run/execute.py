@@ -27,6 +27,7 @@ from typing import Any
 from gates.run.capabilities import Capabilities
 from gates.run.contract import REPLY_KEYS, engine_args
 from gates.run.procs import forget, kill, spawn
+from gates.run.reply import Reply
 from gates.run.results import ArmRun, Status
 from gates.run.store import Store
 
@@ -210,7 +211,7 @@ def _outputs(job: ArmJob, crashed: ArmRun) -> ArmRun:
     return dataclasses.replace(
         crashed,
         status=Status.OK,
-        replies=[{k: r[k] for k in REPLY_KEYS if k in r} for r in replies],
+        replies=[Reply.from_json({k: r[k] for k in REPLY_KEYS if k in r}) for r in replies],
         metrics=metrics if isinstance(metrics, dict) else None,
         trace=schedule,
     )

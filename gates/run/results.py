@@ -15,6 +15,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from gates.run.reply import Reply
+
 
 class Status(enum.StrEnum):
     # an arm
@@ -132,7 +134,7 @@ class ArmRun:
     argv: str | None = None
     stderr_tail: str = ""
     device: str | None = None
-    replies: list[dict[str, Any]] | None = None
+    replies: list[Reply] | None = None
     metrics: dict[str, Any] | None = None
     trace: list[dict[str, Any]] | None = None
     harness: str | None = None
@@ -143,7 +145,10 @@ class ArmRun:
         return self.status is Status.OK
 
     def to_json(self) -> dict[str, Any]:
-        return as_json(self)
+        out = as_json(self)
+        if self.replies is not None:
+            out["replies"] = [r.to_json() for r in self.replies]
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ArmRun:
@@ -160,6 +165,8 @@ class ArmRun:
         kw["reason"] = d.get("reason") or ""
         kw["stderr_tail"] = d.get("stderr_tail") or ""
         kw["wall_s"] = float(d.get("wall_s") or 0.0)
+        if isinstance(d.get("replies"), list):
+            kw["replies"] = [Reply.from_json(r) for r in d["replies"]]
         return cls(**kw)
 
 

@@ -13,6 +13,7 @@ from gates.judge.results import Cell
 from gates.plan import build as plan
 from gates.plan import matrix
 from gates.report.receipt.render import cell_text
+from gates.run.reply import Reply
 from gates.run.results import ArmRun, Status
 
 MATRIX = """
@@ -35,7 +36,7 @@ def load(tmp_path: Path, text: str = MATRIX) -> matrix.Matrix:
 
 
 def run(*replies: dict) -> ArmRun:
-    return ArmRun(Status.OK, replies=list(replies))
+    return ArmRun(Status.OK, replies=[Reply.from_json(r) for r in replies])
 
 
 def test_the_kind_is_found_by_its_key_and_checks_every_head_arm(tmp_path: Path):

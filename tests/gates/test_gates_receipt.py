@@ -20,6 +20,7 @@ from gates.report.receipt.table import fence
 from gates.run import execute
 from gates.run.capabilities import Capabilities
 from gates.run.execute import ArmJob
+from gates.run.reply import Reply
 from gates.run.results import ArmRun, Status
 
 REPO = Path(__file__).resolve().parents[2]
@@ -108,7 +109,7 @@ def fake_arm(head_sha: str) -> Callable[..., ArmRun]:
             exit_code=0,
             wall_s=1.0,
             argv="python -m engine run",
-            replies=[reply(r, cfg, head) for r in reqs],
+            replies=[Reply.from_json(reply(r, cfg, head)) for r in reqs],
             metrics=metrics,
         )
 

@@ -158,8 +158,8 @@ def test_served_equals_offline_and_planted_server_bugs_show(tmp_path):
         cmp = equality.compare(offline, got)
         assert (cmp.matched, cmp.total) == (len(LINES) - 1, len(LINES) - 1), cmp.diffs
         assert [s["id"] for s in cmp.skipped] == ["toolong"]  # an error on both sides
-        by = {r["id"]: r for r in got.replies or []}
-        assert len(by["cancel"]["ids"]) == 2 and by["cancel"]["logit_hashes"]
+        by = {r.id: r for r in got.replies or []}
+        assert len(by["cancel"].ids) == 2 and by["cancel"].logit_hashes
         m = got.metrics or {}
         assert (m["live_streams"], m["waiting_streams"], m["pages_in_use"]) == (0, 0, 0)
     for plant in SERVE_PLANTS:  # server bugs of the power catalog: only served arms see them

@@ -13,7 +13,7 @@ def rate(result: ArmRun) -> tuple[int, int]:
     """(accepted, drafted) summed over an arm's replies."""
     acc = drafted = 0
     for r in result.replies or []:
-        a, d = r.get("accepted"), r.get("drafted")
+        a, d = r.accepted, r.drafted
         if isinstance(a, int) and isinstance(d, int):
             acc, drafted = acc + a, drafted + d
     return acc, drafted

@@ -12,25 +12,27 @@ from __future__ import annotations
 
 from typing import Any
 
+from gates.run.reply import Reply
+
 # engine run's finish reasons in OpenAI's words (docs/contract.md: a cancel is a stop)
 OPENAI_FINISH = {"stop": "stop", "length": "length", "cancelled": "stop", "error": "error"}
 
 
-def is_served(reply: dict[str, Any]) -> bool:
-    return bool(reply.get("served"))
+def is_served(reply: Reply) -> bool:
+    return bool(reply.served)
 
 
-def _finish(reply: dict[str, Any]) -> Any:
-    f = reply.get("finish_reason")
-    return OPENAI_FINISH.get(f, f) if isinstance(f, str) else f
+def _finish(reply: Reply) -> str | None:
+    f = reply.finish_reason
+    return OPENAI_FINISH.get(f, f) if f is not None else f
 
 
-def _usage_problem(reply: dict[str, Any], other: dict[str, Any]) -> tuple[str, Any, Any] | None:
-    usage = reply.get("usage")
-    if not isinstance(usage, dict):
+def _usage_problem(reply: Reply, other: Reply) -> tuple[str, Any, Any] | None:
+    usage = reply.usage
+    if usage is None:
         return None
-    n = len(reply.get("ids") or [])
-    prompt = other.get("prompt_tokens")
+    n = len(reply.ids)
+    prompt = other.prompt_tokens
     want = {
         "prompt_tokens": prompt,
         "completion_tokens": n,
@@ -42,20 +44,20 @@ def _usage_problem(reply: dict[str, Any], other: dict[str, Any]) -> tuple[str, A
     return None
 
 
-def difference(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, Any, Any] | None:
+def difference(a: Reply, b: Reply) -> tuple[str, Any, Any] | None:
     """(field, a's value, b's value) where two replies with equal ids and bits part in
     what a client reads; None when they agree or neither is served."""
     if not (is_served(a) or is_served(b)):
         return None
     for side, name in ((a, "a"), (b, "b")):
-        problems = side.get("stream_problems") or []
+        problems = side.stream_problems
         if problems:
             got = (problems[0], None) if name == "a" else (None, problems[0])
             return ("stream", *got)
     if _finish(a) != _finish(b):
-        return "finish_reason", a.get("finish_reason"), b.get("finish_reason")
+        return "finish_reason", a.finish_reason, b.finish_reason
     for key in ("text", "token_sha"):
-        x, y = a.get(key), b.get(key)
+        x, y = getattr(a, key), getattr(b, key)
         if x is not None and y is not None and x != y:
             return key, x, y
     for served, other, flip in ((b, a, False), (a, b, True)):

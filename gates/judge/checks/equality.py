@@ -17,6 +17,7 @@ from typing import Any
 
 from gates.judge.checks import client
 from gates.judge.results import Equality
+from gates.run.reply import Reply
 from gates.run.results import ArmRun
 
 WINDOW = 8  # tokens of each continuation shown from the first difference
@@ -57,94 +58,94 @@ def first_difference(a: list[Any], b: list[Any]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def _margin(reply: dict[str, Any], i: int) -> float | None:
-    m = reply.get("margins")
-    if isinstance(m, list) and i < len(m) and isinstance(m[i], (int, float)):
+def _margin(reply: Reply, i: int) -> float | None:
+    m = reply.margins
+    if m is not None and i < len(m) and isinstance(m[i], (int, float)):
         return float(m[i])
     return None
 
 
-def _hash(reply: dict[str, Any], i: int) -> str | None:
+def _hash(reply: Reply, i: int) -> str | None:
     """The i-th logit hash, None where the list is missing or ends before i (one too few)."""
-    h = reply.get("logit_hashes")
-    return h[i] if isinstance(h, list) and i < len(h) else None
+    h = reply.logit_hashes
+    return h[i] if h is not None and i < len(h) else None
 
 
 def _diff(
     rid: str,
-    ra: dict[str, Any],
-    rb: dict[str, Any],
+    ra: Reply,
+    rb: Reply,
     request: dict[str, Any] | None,
     decode: Decoder | None,
 ) -> dict[str, Any]:
-    a, b = list(ra.get("ids") or []), list(rb.get("ids") or [])
+    a, b = list(ra.ids), list(rb.ids)
     d: dict[str, Any] = {
         "id": rid,
         "kind": "tokens",
-        "prompt_tokens": ra.get("prompt_tokens"),
+        "prompt_tokens": ra.prompt_tokens,
         "request": request,
         "a_len": len(a),
         "b_len": len(b),
-        "a_finish": ra.get("finish_reason"),
-        "b_finish": rb.get("finish_reason"),
+        "a_finish": ra.finish_reason,
+        "b_finish": rb.finish_reason,
     }
-    if (ra.get("finish_reason") == "error") != (rb.get("finish_reason") == "error"):
-        d["error"] = {"a": ra.get("error"), "b": rb.get("error")}
+    if ra.is_error != rb.is_error:
+        d["error"] = {"a": ra.error, "b": rb.error}
     i = first_difference(a, b)
     d["index"] = i
     if i is None:  # same ids, so the difference is the error state alone
         return d
     d["a_ids"], d["b_ids"] = a[i : i + WINDOW], b[i : i + WINDOW]
     d["a_margin"], d["b_margin"] = _margin(ra, i), _margin(rb, i)
-    ms = [abs(float(v)) for v in ra.get("margins") or [] if isinstance(v, (int, float))]
+    ms = [abs(float(v)) for v in ra.margins or () if isinstance(v, (int, float))]
     d["median_margin"] = statistics.median(ms) if ms else None
     if decode is not None:
         d["a_text"], d["b_text"] = decode(d["a_ids"]), decode(d["b_ids"])
         d["common_text"] = decode(a[:i])[-40:]
     else:
-        d["a_text"], d["b_text"] = ra.get("text"), rb.get("text")
+        d["a_text"], d["b_text"] = ra.text, rb.text
         d["text_is_whole_reply"] = True
     return d
 
 
-def bits_difference(x: dict[str, Any], y: dict[str, Any]) -> tuple[str, int | None] | None:
+def bits_difference(x: Reply, y: Reply) -> tuple[str, int | None] | None:
     """(field, first differing token index) where equal-id replies part in their bits.
 
     None when every bit field that both carry is equal. The index is None for fields that
     are not per token (``embedding``)."""
     for name in BITS_FIELDS:
-        a, b = x.get(name), y.get(name)
-        if isinstance(a, list) and isinstance(b, list):
-            i = first_difference(a, b)
+        a, b = getattr(x, name), getattr(y, name)
+        if a is not None and b is not None:
+            i = first_difference(list(a), list(b))
             if i is not None:
                 return name, i
-    a, b = x.get("embedding"), y.get("embedding")
-    if isinstance(a, list) and isinstance(b, list) and a != b:
-        return "embedding", first_difference(a, b)
+    ea, eb = x.embedding, y.embedding
+    if ea is not None and eb is not None and ea != eb:
+        return "embedding", first_difference(list(ea), list(eb))
     return None
 
 
 def _bits_diff(
     rid: str,
-    ra: dict[str, Any],
-    rb: dict[str, Any],
+    ra: Reply,
+    rb: Reply,
     where: tuple[str, int | None],
     request: dict[str, Any] | None,
     decode: Decoder | None,
 ) -> dict[str, Any]:
     field_name, i = where
-    ids = list(ra.get("ids") or [])
+    ids = list(ra.ids)
     d: dict[str, Any] = {
         "id": rid,
         "kind": "bits",
         "bits_of": field_name,
-        "prompt_tokens": ra.get("prompt_tokens"),
+        "prompt_tokens": ra.prompt_tokens,
         "request": request,
         "index": i,
         "a_len": len(ids),
         "b_len": len(ids),
-        "a_finish": ra.get("finish_reason"),
-        "b_finish": rb.get("finish_reason"),
+        "a_finish": ra.finish_reason,
+        "b_finish": rb.finish_reason,
     }
     if field_name != "embedding" and i is not None:
         d["a_margin"], d["b_margin"] = _margin(ra, i), _margin(rb, i)
@@ -157,18 +158,18 @@ def _bits_diff(
 
 
 def _fields_diff(
-    rid: str, ra: dict[str, Any], where: tuple[str, Any, Any], request: dict[str, Any] | None
+    rid: str, ra: Reply, where: tuple[str, Any, Any], request: dict[str, Any] | None
 ) -> dict[str, Any]:
     """Equal ids and bits, but what a client reads differs (served replies, checks/client)."""
     name, va, vb = where
-    n = len(ra.get("ids") or [])
+    n = len(ra.ids)
     return {
         "id": rid,
         "kind": "fields",
         "field": name,
         "a_value": va,
         "b_value": vb,
-        "prompt_tokens": ra.get("prompt_tokens"),
+        "prompt_tokens": ra.prompt_tokens,
         "request": request,
         "index": None,
         "a_len": n,
@@ -188,8 +189,8 @@ def compare(
 
     Returns matched/total counts, the requests both arms failed or that were dropped (left
     out of the count) and one record per differing request with its first divergence."""
-    ra = {r["id"]: r for r in a.replies or []}
-    rb = {r["id"]: r for r in b.replies or []}
+    ra = {r.id: r for r in a.replies or []}
+    rb = {r.id: r for r in b.replies or []}
     ids = [i for i in ra if only_ids is None or i in only_ids]
     dropped, requests = dropped or {}, requests or {}
     matched = total = 0
@@ -207,14 +208,12 @@ def compare(
             total += 1
             diffs.append({"id": rid, "missing": True, "index": None, "request": requests.get(rid)})
             continue
-        if x.get("finish_reason") == "error" and y.get("finish_reason") == "error":
-            skipped.append(
-                {"id": rid, "reason": f"both arms replied error: {x.get('error') or '?'}"}
-            )
+        if x.is_error and y.is_error:
+            skipped.append({"id": rid, "reason": f"both arms replied error: {x.error or '?'}"})
             continue
         total += 1
-        same_ids = list(x.get("ids") or []) == list(y.get("ids") or [])
-        same_state = (x.get("finish_reason") == "error") == (y.get("finish_reason") == "error")
+        same_ids = x.ids == y.ids
+        same_state = x.is_error == y.is_error
         if not (same_ids and same_state):
             diffs.append(_diff(rid, x, y, requests.get(rid), decode))
             continue
