@@ -14,7 +14,7 @@ from gates.judge.kinds import KINDS
 from gates.judge.kinds.schedule import SCHEDULE_METRICS
 from gates.plan import build as plan
 from gates.plan import matrix
-from gates.report.receipt import render
+from gates.report.receipt import failures
 
 
 def reply(rid, ids, **kw):
@@ -28,7 +28,7 @@ def test_same_tokens_other_bits_fails_at_the_first_parted_token():
     assert (got.matched, got.total) == (0, 1)
     (d,) = got.diffs
     assert (d["kind"], d["bits_of"], d["index"]) == ("bits", "logit_hashes", 1)
-    line = render._diff_line(d, "base", "head")
+    line = failures._diff_line(d, "base", "head")
     assert "same tokens, other bits" in line and "token 1" in line and "`bX`" in line
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from conftest import ran, run_gates
 from gates.judge.checks import equality
 from gates.judge.results import GateResult
-from gates.report.receipt import render
+from gates.report.receipt import failures, render
 from gates.run.results import ArmResult, Status
 
 
@@ -48,7 +48,7 @@ def test_compare_counts_and_divergence():
     assert (d["id"], d["index"], d["a_ids"], d["b_ids"]) == ("x", 1, [2, 3], [9, 3])
     assert (d["a_margin"], d["b_margin"]) == (0.25, 0.005)
     assert equality.describe_margin(d["a_margin"], d["b_margin"]) == "a near-tie"
-    line = render._diff_line(d, "base", "head")
+    line = failures._diff_line(d, "base", "head")
     assert "tokens differ from index 1" in line and "[2, 3]" in line and "[9, 3]" in line
     assert "margin at 1: base 0.25, head 0.005 (" in line and "a near-tie)" in line
 

@@ -25,6 +25,7 @@ TYPED = (
     "gates.judge.evaluate",
     "gates.report.receipt.lists",
     "gates.report.receipt.render",
+    "gates.report.receipt.failures",
     "gates.run.validate",
     "gates.power.run",
     "gates.run.execute",
@@ -51,10 +52,11 @@ TYPED = (
 
 # (module, function, parameter or "return"): what the dict is, since it is not a result
 RESULTS = ("gates.run.results", "gates.judge.results")
+RECEIPT = ("gates.report.receipt.render", "gates.report.receipt.failures")
 ALLOWED = {
     # the manifest itself: JSON as written to disk; its gates are read through gates_of
     **{(m, "*", "man"): "manifest" for m in ("gates.run.results", "gates.report.receipt.lists")},
-    ("gates.report.receipt.render", "*", "man"): "manifest",
+    **{(m, "*", "man"): "manifest" for m in RECEIPT},
     ("gates.judge.results", "gates_of", "man"): "manifest",
     **{(m, "*", "return"): "to_json: JSON being written" for m in RESULTS},
     **{(m, "*", "d"): "from_json: JSON being read" for m in RESULTS},
@@ -68,7 +70,7 @@ ALLOWED = {
     ("gates.power.run", "failed_gates", "manifest"): "manifest, read through gates_of",
     ("gates.judge.evaluate", "*", "requests"): "prompt requests, not results",
     ("gates.judge.evaluate", "*", "sets"): "prompt sets, not results",
-    ("gates.report.receipt.render", "*", "d"): "one differing request of a comparison, for display",
+    ("gates.report.receipt.failures", "*", "d"): "one differing request of a comparison, shown",
     ("gates.run.execute", "__init__", "config"): "an arm's configuration (axis -> value)",
     ("gates.run.store", "arm_key", "config"): "an arm's configuration (axis -> value)",
     ("gates.run.store", "fingerprint", "m"): "the machine's description, not a result",
