@@ -21,6 +21,7 @@ from gates import BadInput
 from gates.judge.kinds import KINDS
 from gates.plan import matrix
 from gates.run import validate
+from gates.run.capabilities import Capabilities
 
 TINY = Path(__file__).parents[2] / "fixtures" / "models" / "tiny-qwen3"
 HEAD = "model: m\nprompts: p\n"
@@ -51,7 +52,7 @@ def test_a_bad_matrix_is_refused_before_any_arm(tmp_path, body, key):
     path.write_text(HEAD + body + rules)
     with pytest.raises(BadInput) as err:
         m = matrix.load(path, KINDS)
-        validate.against_capabilities(m, [capabilities()])
+        validate.against_capabilities(m, [Capabilities.from_json(capabilities())])
     line = str(err.value)
     assert "\n" not in line and key in line and str(path) in line, line
 
