@@ -11,7 +11,7 @@ from gates import EXIT_BAD_INPUT, BadInput
 
 
 def _run(a: argparse.Namespace) -> int:
-    from gates.run import Options, run
+    from gates.pipeline import Options, run
 
     return run(
         Options(
@@ -34,7 +34,7 @@ def _run(a: argparse.Namespace) -> int:
 
 
 def _merge(a: argparse.Namespace) -> int:
-    from gates.merge import main as merge_main
+    from gates.report.merge import main as merge_main
 
     return merge_main(a.manifests, a.repo, a.out)
 
@@ -50,7 +50,7 @@ def _jobs(text: str) -> int:
 
 
 def _shard_arg(text: str) -> tuple[int, int]:
-    from gates.shard import parse
+    from gates.run.shard import parse
 
     try:
         return parse(text)
@@ -59,8 +59,8 @@ def _shard_arg(text: str) -> tuple[int, int]:
 
 
 def _show(a: argparse.Namespace) -> int:
-    from gates.receipt import render
-    from gates.refs import open_repo, repo_root
+    from gates.report.receipt import render
+    from gates.run.refs import open_repo, repo_root
 
     path = Path(a.receipt) if a.receipt else None
     if path is None:
@@ -88,8 +88,8 @@ def _show(a: argparse.Namespace) -> int:
 
 
 def _clean(a: argparse.Namespace) -> int:
-    from gates.refs import cache_root, clean
-    from gates.run import open_repo_or_none
+    from gates.pipeline import open_repo_or_none
+    from gates.run.refs import cache_root, clean
 
     removed = clean(open_repo_or_none(a.repo), everything=not a.keep_results)
     if a.keep_results:
@@ -101,13 +101,13 @@ def _clean(a: argparse.Namespace) -> int:
 
 def _bisect(a: argparse.Namespace) -> int:
     from gates.bisect import main as bisect_main
-    from gates.run import log
+    from gates.pipeline import log
 
     return bisect_main(a.repo, a.good, a.bad, a.matrix, a.gate, a.out, a.jobs, log)
 
 
 def _lean(a: argparse.Namespace) -> int:
-    from gates.checks.lean import main as lean_main
+    from gates.judge.checks.lean import main as lean_main
 
     return lean_main(a.repo, a.base, a.head)
 
@@ -178,7 +178,8 @@ def _run_parser(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "--accept",
         default=None,
         metavar="FILE",
-        help="accepted slower speed cells, JSON [{cell, by, via}] (python -m gates.github accept)",
+        help="accepted slower speed cells, JSON [{cell, by, via}] "
+        "(python -m gates.report.github accept)",
     )
     r.add_argument(
         "--shard",
@@ -280,7 +281,7 @@ def _glue_refs(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gates.procs import Terminated, own_children
+    from gates.run.procs import Terminated, own_children
 
     own_children()  # SIGTERM/SIGHUP unwind like Ctrl-C; no engine process outlives the runner
     try:
@@ -296,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\ngates: interrupted; finished arms are kept in the cache", file=sys.stderr)
         return 143 if isinstance(e, Terminated) else 130
     finally:
-        from gates.refs import release
+        from gates.run.refs import release
 
         release()  # the worktrees this command used may be pruned by other runs now
 

@@ -21,11 +21,14 @@ from typing import Any
 
 import git
 
-from gates import EXIT_ARM_FAILED, EXIT_GATE_FAILED, EXIT_OK, BadInput, refs, store
-from gates.inputs import load_inputs
-from gates.receipt.counts import arm_counts
-from gates.receipt.table import md_table
-from gates.results import Status, gates_of
+from gates import EXIT_ARM_FAILED, EXIT_GATE_FAILED, EXIT_OK, BadInput
+from gates.judge.kinds import KINDS
+from gates.judge.results import gates_of
+from gates.plan.inputs import load_inputs
+from gates.report.receipt.counts import arm_counts
+from gates.report.receipt.table import md_table
+from gates.run import refs, store
+from gates.run.results import Status
 
 FAILS, HOLDS, SKIP = "fails", "holds", "skip"
 
@@ -53,7 +56,7 @@ class Bisect:
 
     def judge(self, sha: str) -> Step:
         """One gate run of ``sha`` against the good commit (no speed, no lean)."""
-        from gates.run import Options, run
+        from gates.pipeline import Options, run
 
         t0 = time.monotonic()
         out = self.work / sha[:12]
@@ -162,7 +165,7 @@ def main(
     t0 = time.monotonic()
     repo = refs.open_repo(repo_path)
     root = refs.repo_root(repo)
-    m = load_inputs(root, matrix).m
+    m = load_inputs(root, matrix, KINDS).m
     names = [g.name for g in m.gates]
     if gate is not None and gate not in names:
         raise BadInput(f"bisect: --gate {gate!r}: no such gate in {matrix} ({', '.join(names)})")

@@ -20,12 +20,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gates import EXIT_ARM_FAILED, EXIT_GATE_FAILED, EXIT_OK, BadInput, prompts, refs
-from gates.checks import equality
-from gates.contract import missing
-from gates.execute import ArmJob, base_env, capabilities, run_arm
-from gates.matrix import AXIS_DEFAULTS
-from gates.results import ArmRun
+from gates import EXIT_ARM_FAILED, EXIT_GATE_FAILED, EXIT_OK, BadInput
+from gates.judge.checks import equality
+from gates.plan import prompts
+from gates.plan.matrix import AXIS_DEFAULTS
+from gates.run import refs
+from gates.run.contract import missing
+from gates.run.execute import ArmJob, base_env, capabilities, run_arm
+from gates.run.results import ArmRun
 
 
 def _plant(
@@ -33,11 +35,11 @@ def _plant(
 ) -> tuple[list[dict[str, Any]], str | None, list[str]]:
     """Planted copies: (requests, the id asking one more token, ids with a changed prompt)."""
     out = copy.deepcopy(reqs)
-    by_id = {r["id"]: r for r in base.replies or []}
+    by_id = {r.id: r for r in base.replies or []}
     full = [
         r
         for r in out
-        if by_id[r["id"]].get("finish_reason") == "length" and r.get("max_tokens", max_tokens) > 1
+        if by_id[r["id"]].finish_reason == "length" and r.get("max_tokens", max_tokens) > 1
     ]
     longer = None
     if full:
@@ -106,7 +108,7 @@ def main(
         return EXIT_ARM_FAILED
     ok = _positive(first, second, decode)
     ok &= _negative(first, third, longer, changed, decode)
-    margins = all(isinstance(r.get("margins"), list) for r in first.replies or [])
+    margins = all(r.margins is not None for r in first.replies or [])
     print(f"  {'✅' if margins else '⚠️'} replies carry margins: {'yes' if margins else 'no'}")
     print(
         (
@@ -172,8 +174,7 @@ def _negative(
     len_ok = (
         longer is not None
         and longer in seen
-        and seen[longer]["index"]
-        == next(len(r["ids"]) for r in first.replies or [] if r["id"] == longer)
+        and seen[longer]["index"] == next(len(r.ids) for r in first.replies or [] if r.id == longer)
     )
     prompt_ok = any(i in seen for i in changed)
     good = len_ok and prompt_ok and not stray

@@ -28,6 +28,7 @@ COPY = ("engine", "gates", "tests", "fixtures", "matrices", "conftest.py", "pypr
 # file also holds end-to-end tests that would run for every mutant (tens of seconds each)
 UNITS = "tests/gates/test_gates_units.py::"
 SPEED = "tests/gates/test_speed.py::"
+STORE = "tests/gates/test_store_"
 MODULES: dict[str, list[str]] = {
     "engine/lanes/policy.py": ["tests/engine/test_scheduler.py", "tests/engine/test_policy.py"],
     "engine/lanes/sampling.py": [
@@ -39,15 +40,19 @@ MODULES: dict[str, list[str]] = {
     "engine/serve/openai.py": ["tests/engine/test_openai_request.py"],
     "engine/serve/schema.py": ["tests/engine/test_openai_request.py"],  # what to_request checks
     "engine/config.py": ["tests/engine/test_config.py"],
-    "gates/checks/equality.py": [
+    "gates/judge/checks/equality.py": [
         *(UNITS + t for t in ("test_first_difference", "test_compare_counts_and_divergence")),
         *(UNITS + t for t in ("test_compare_error_on_one_side_and_missing_reply",)),
         UNITS + "test_decoder_from_tokenizer_json",
         "tests/gates/test_equality_mutants.py",
     ],
-    "gates/store.py": ["tests/gates/test_store_keys.py", "tests/gates/test_store_mutants.py"],
-    "gates/matrix.py": ["tests/gates/test_gates_matrix.py", "tests/gates/test_gates_validate.py"],
-    "gates/speed/stats.py": [  # test_speed's end-to-end runs (20-50 s each) are left out
+    "gates/run/store.py": [STORE + "keys.py", STORE + "mutants.py"],
+    "gates/plan/hashes.py": [STORE + "keys.py", STORE + "mutants.py"],
+    "gates/plan/matrix.py": [
+        "tests/gates/test_gates_matrix.py",
+        "tests/gates/test_gates_validate.py",
+    ],
+    "gates/run/speed/stats.py": [  # test_speed's end-to-end runs (20-50 s each) are left out
         *(SPEED + t for t in ("test_clear_cpu_shift_is_slower", "test_faster_and_equivalent")),
         *(SPEED + t for t in ("test_pairing_cancels_the_machines_drift", "test_holm_and_looks")),
         *(SPEED + t for t in ("test_noisy_is_inconclusive", "test_few_blocks_give_no_interval")),
@@ -56,7 +61,7 @@ MODULES: dict[str, list[str]] = {
         SPEED + "test_equivalent_only_inside_the_tolerance",
         "tests/gates/test_stats_values.py",
     ],
-    "gates/speed/estimate.py": ["tests/gates/test_speed.py", "tests/gates/test_speed_estimate.py"],
+    "gates/run/speed/estimate.py": [SPEED.rstrip(":"), "tests/gates/test_speed_estimate.py"],
 }
 
 # where only part of a module decides things: the mutant names (globs) that are run and counted
@@ -67,17 +72,18 @@ SCOPE: dict[str, list[str]] = {
 }
 
 # mutants that change no behaviour: name -> why (docs/testing.md lists them too)
+ESTIMATE, STATS = "gates.run.speed.estimate.", "gates.run.speed.stats."
 EQUIVALENT: dict[str, str] = {
     "engine.config.xǁEngineConfigǁvalidate__mutmut_8": 'float("INF") is float("inf")',
     "engine.kv.codec.x_encode__mutmut_23": "frexp of a finite float32 <= 128: exp - 8 < 127",
     "engine.kv.codec.x_encode__mutmut_31": "frexp of a finite float32 <= 128: exp - 8 < 127",
     "engine.kv.codec.x_decode__mutmut_10": "code * 2**exp rounds once, in float64 or float32",
     "engine.kv.plan.xǁPagePlanǁ_cached_prefix__mutmut_3": "paging off: the cache is empty",
-    "gates.speed.estimate.x__costs__mutmut_8": "check_run refuses action lists of unequal length",
-    "gates.speed.estimate.x__costs__mutmut_12": "check_run refuses action lists of unequal length",
-    "gates.speed.estimate.x__costs__mutmut_15": "check_run refuses action lists of unequal length",
-    "gates.speed.estimate.x_value__mutmut_15": 'float("NAN") is float("nan")',
-    "gates.speed.estimate.x_value__mutmut_41": 'float("NAN") is float("nan")',
+    ESTIMATE + "x__costs__mutmut_8": "check_run refuses action lists of unequal length",
+    ESTIMATE + "x__costs__mutmut_12": "check_run refuses action lists of unequal length",
+    ESTIMATE + "x__costs__mutmut_15": "check_run refuses action lists of unequal length",
+    ESTIMATE + "x_value__mutmut_15": 'float("NAN") is float("nan")',
+    ESTIMATE + "x_value__mutmut_41": 'float("NAN") is float("nan")',
     "engine.kv.plan.xǁPagePlanǁopen__mutmut_26": "a fresh page has refs 0: = 1 is += 1",
     "engine.kv.plan.xǁPagePlanǁopen__mutmut_31": "a lane's own pages have refs 0: = 1 is += 1",
     "engine.kv.plan.xǁPagePlanǁrelease__mutmut_5": "paging off: keys are never read",
@@ -90,35 +96,35 @@ EQUIVALENT: dict[str, str] = {
     "engine.lanes.sampling.x_margin__mutmut_5": "numpy reads reshape(-2) as reshape(-1)",
     "engine.serve.openai.x_to_request__mutmut_98": "bool(get('stream', None)) is False too",
     "engine.serve.openai.x_to_request__mutmut_100": "bool(get('stream')) is False too",
-    "gates.speed.stats.x__unstable__mutmut_4": "no float MAD m makes 1.4826 * m exactly 0.05",
-    "gates.speed.stats.x_cell__mutmut_10": "the trimmed mean of no blocks is nan too",
-    "gates.speed.stats.x_holm__mutmut_11": "every entry of out is written over",
-    "gates.speed.stats.x_interval__mutmut_6": "every d is d[0] in that branch",
-    "gates.speed.stats.x_interval__mutmut_8": "every d is d[0] in that branch",
-    "gates.speed.stats.x_interval__mutmut_12": "vectorized=None: scipy sees _center's axis",
-    "gates.speed.stats.x_interval__mutmut_19": "vectorized left out: scipy sees _center's axis",
-    "gates.speed.stats.x_interval__mutmut_21": "confidence_level left out: 0.95 is the default",
-    "gates.speed.stats.x_interval__mutmut_25": "vectorized=False: the same means, one call each",
-    "gates.speed.stats.x_interval__mutmut_27": "scipy lower-cases method=",
-    "gates.speed.stats.x_signed_rank__mutmut_8": "two-sided is wilcoxon's default",
-    "gates.speed.stats.x_signed_rank__mutmut_10": "scipy lower-cases alternative=",
-    "gates.speed.stats.x_verdicts__mutmut_18": "holm gives one p per cell: strict never fires",
-    "gates.speed.stats.x_verdicts__mutmut_21": "holm gives one p per cell: strict never fires",
-    "gates.speed.stats.x_verdicts__mutmut_23": "holm gives one p per cell: strict never fires",
-    "gates.checks.equality.x__bits_diff__mutmut_70": "[None] * (i + 2) has None at i too",
-    "gates.checks.equality.x__bits_diff__mutmut_80": "[None] * (i + 2) has None at i too",
-    "gates.checks.equality.x_compare__mutmut_122": "client.difference is pure; unread then",
-    "gates.checks.equality.x_first_difference__mutmut_4": "zip's strict=None is False",
-    "gates.checks.equality.x_first_difference__mutmut_7": "zip's strict defaults to False",
-    "gates.store.x_hash_file__mutmut_13": "read(None): one chunk, the same sha256",
-    "gates.store.x_hash_file__mutmut_15": "2 MiB chunks: the same sha256",
-    "gates.store.x_hash_file__mutmut_16": "2 MiB chunks: the same sha256",
-    "gates.store.x_write_atomic__mutmut_17": "umask(1) is undone before any file is made",
-    "gates.store.xǁStoreǁget__mutmut_6": '"" is not a dict either: the same miss',
-    "gates.store.xǁStoreǁput__mutmut_12": "the temporary's suffix is read by nothing",
-    "gates.store.xǁStoreǁput__mutmut_15": "the temporary's suffix is read by nothing",
-    "gates.store.xǁStoreǁput__mutmut_18": "the temporary's suffix is read by nothing",
-    "gates.store.xǁStoreǁput__mutmut_19": "the temporary's suffix is read by nothing",
+    STATS + "x__unstable__mutmut_4": "no float MAD m makes 1.4826 * m exactly 0.05",
+    STATS + "x_cell__mutmut_10": "the trimmed mean of no blocks is nan too",
+    STATS + "x_holm__mutmut_11": "every entry of out is written over",
+    STATS + "x_interval__mutmut_6": "every d is d[0] in that branch",
+    STATS + "x_interval__mutmut_8": "every d is d[0] in that branch",
+    STATS + "x_interval__mutmut_12": "vectorized=None: scipy sees _center's axis",
+    STATS + "x_interval__mutmut_19": "vectorized left out: scipy sees _center's axis",
+    STATS + "x_interval__mutmut_21": "confidence_level left out: 0.95 is the default",
+    STATS + "x_interval__mutmut_25": "vectorized=False: the same means, one call each",
+    STATS + "x_interval__mutmut_27": "scipy lower-cases method=",
+    STATS + "x_signed_rank__mutmut_8": "two-sided is wilcoxon's default",
+    STATS + "x_signed_rank__mutmut_10": "scipy lower-cases alternative=",
+    STATS + "x_verdicts__mutmut_18": "holm gives one p per cell: strict never fires",
+    STATS + "x_verdicts__mutmut_21": "holm gives one p per cell: strict never fires",
+    STATS + "x_verdicts__mutmut_23": "holm gives one p per cell: strict never fires",
+    "gates.judge.checks.equality.x__bits_diff__mutmut_70": "[None] * (i + 2) has None at i too",
+    "gates.judge.checks.equality.x__bits_diff__mutmut_80": "[None] * (i + 2) has None at i too",
+    "gates.judge.checks.equality.x_compare__mutmut_122": "client.difference is pure; unread then",
+    "gates.judge.checks.equality.x_first_difference__mutmut_4": "zip's strict=None is False",
+    "gates.judge.checks.equality.x_first_difference__mutmut_7": "zip's strict defaults to False",
+    "gates.plan.hashes.x_hash_file__mutmut_13": "read(None): one chunk, the same sha256",
+    "gates.plan.hashes.x_hash_file__mutmut_15": "2 MiB chunks: the same sha256",
+    "gates.plan.hashes.x_hash_file__mutmut_16": "2 MiB chunks: the same sha256",
+    "gates.run.store.x_write_atomic__mutmut_17": "umask(1) is undone before any file is made",
+    "gates.run.store.xǁStoreǁget__mutmut_6": '"" is not a dict either: the same miss',
+    "gates.run.store.xǁStoreǁput__mutmut_12": "the temporary's suffix is read by nothing",
+    "gates.run.store.xǁStoreǁput__mutmut_15": "the temporary's suffix is read by nothing",
+    "gates.run.store.xǁStoreǁput__mutmut_18": "the temporary's suffix is read by nothing",
+    "gates.run.store.xǁStoreǁput__mutmut_19": "the temporary's suffix is read by nothing",
 }
 
 KILLED = {1, 3}

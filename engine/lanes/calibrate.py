@@ -4,7 +4,7 @@
 round) busy-wait, after its work, for 5 % of the CPU time that work took, so the process
 spends 5 % more CPU time and wall time per token, the tokens unchanged. Unset or 0: no
 cost beyond one branch per action. Only the calibration of the speed gates sets it
-(``python -m gates.speed.calibrate``); the gate runner removes every ``ENGINE_*`` variable
+(``python -m gates.speed_calibrate``); the gate runner removes every ``ENGINE_*`` variable
 from a real comparison.
 """
 

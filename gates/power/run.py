@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gates import EXIT_ARM_FAILED, EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, BadInput, refs
+from gates import EXIT_ARM_FAILED, EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, BadInput
+from gates.judge.results import gates_of
 from gates.power import plants as catalog
 from gates.power.plants import Plant
-from gates.results import Status, gates_of
-from gates.speed.results import speed_of
+from gates.run import refs
+from gates.run.results import Status
+from gates.run.speed.results import speed_of
 
 PLANT_TIMEOUT_S = 1800
 _GIT_ENV = {

@@ -24,8 +24,9 @@ def test_versions_read_as_people_write_them() -> None:
 
 
 def test_capabilities_carry_the_cupy_facts(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from gates import contract
-    from gates.receipt import render
+    from gates.report.receipt import render
+    from gates.run import contract
+    from gates.run.capabilities import Capabilities
 
     fake = dict(
         zip(cupy_info.KEYS, ("GPU X", "1.2.3", "13.0", "13.2", "13.1.0", "14.2.0"), strict=True)
@@ -35,7 +36,8 @@ def test_capabilities_carry_the_cupy_facts(monkeypatch) -> None:  # type: ignore
     caps = capabilities()
     assert caps["contract"] >= 4
     assert caps[contract.BACKEND_INFO] == {"cupy": fake}
-    line = render.backend_facts_text("cupy", contract.backend_facts([caps], ["cupy"])["cupy"])
+    facts = contract.backend_facts([Capabilities.from_json(caps)], ["cupy"])["cupy"]
+    line = render.backend_facts_text("cupy", facts)
     assert line == (
         "cupy on GPU X (driver 1.2.3, CUDA driver API 13.0, CUDA runtime 13.2, "
         "cuBLAS 13.1.0, CuPy 14.2.0)"

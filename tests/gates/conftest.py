@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gates.results import ArmRun, Status
+from gates.run.reply import Reply
+from gates.run.results import ArmRun, Status
 
 STUB = Path(__file__).parent / "stub_engine" / "engine"
 
@@ -198,7 +199,7 @@ def ran(d: dict) -> ArmRun:
     """An ok arm run from the parts a check reads (``replies``, ``metrics``, ``trace``)."""
     return ArmRun(
         status=Status.OK,
-        replies=d.get("replies", []),
+        replies=[Reply.from_json(r) for r in d.get("replies", [])],
         metrics=d.get("metrics"),
         trace=d.get("trace"),
     )

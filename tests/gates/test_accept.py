@@ -7,9 +7,11 @@ import json
 
 import pytest
 
-from gates import BadInput, accept
-from gates.receipt import render
-from gates.results import GateResult, Status
+from gates import BadInput
+from gates.judge.results import GateResult
+from gates.report import accept
+from gates.report.receipt import render
+from gates.run.results import Status
 from tests.gates.conftest import git, run_gates
 from tests.gates.test_speed import _speed_result
 
@@ -44,7 +46,7 @@ def test_every_slower_cell_accepted_passes_and_says_who():
 
 
 def test_trailers_on_the_branch_are_read_with_their_author(stub_repo):
-    from gates import refs
+    from gates.run import refs
 
     msg = (
         "slower on purpose\n\nGates-Accept-Slower: decode_tok_s@4\nGates-Accept-Slower: ttft_ms@1\n"

@@ -1,11 +1,12 @@
 """served == offline past the ids and bits: finish_reason, text, token_sha, usage and the
-order and shape of a stream's chunks (gates/checks/client.py, gates/served.py)."""
+order and shape of a stream's chunks (gates/judge/checks/client.py, gates/run/served.py)."""
 
 from __future__ import annotations
 
 from conftest import ran
-from gates import served
-from gates.checks import client, equality
+from gates.judge.checks import client, equality
+from gates.run import served
+from gates.run.reply import Reply
 
 OFFLINE = {
     "id": "r",
@@ -24,11 +25,15 @@ PLAIN = {
 }
 
 
+def difference(a: dict, b: dict):
+    return client.difference(Reply.from_json(a), Reply.from_json(b))
+
+
 def test_a_served_reply_equal_in_every_field_a_client_reads_matches():
-    assert client.difference(OFFLINE, PLAIN) is None
+    assert difference(OFFLINE, PLAIN) is None
     cancelled = {**OFFLINE, "finish_reason": "cancelled"}
-    assert client.difference(cancelled, {**PLAIN, "finish_reason": "stop"}) is None
-    assert client.difference(OFFLINE, {**OFFLINE, "text": "x"}) is None  # neither is served
+    assert difference(cancelled, {**PLAIN, "finish_reason": "stop"}) is None
+    assert difference(OFFLINE, {**OFFLINE, "text": "x"}) is None  # neither is served
 
 
 def test_each_field_a_client_reads_is_compared():
@@ -48,9 +53,9 @@ def test_each_field_a_client_reads_is_compared():
         "stream": {"stream_problems": ["chunk 3 came after the chunk with the finish_reason"]},
     }
     for field, change in cases.items():
-        got = client.difference(OFFLINE, {**PLAIN, **change})
+        got = difference(OFFLINE, {**PLAIN, **change})
         assert got is not None and got[0] == field, (field, got)
-        back = client.difference({**PLAIN, **change}, OFFLINE)  # either side may be served
+        back = difference({**PLAIN, **change}, OFFLINE)  # either side may be served
         assert back is not None and back[0] == field, (field, back)
 
 

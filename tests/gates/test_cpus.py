@@ -10,14 +10,14 @@ import threading
 import time
 from pathlib import Path
 
-from gates.speed import cpus
+from gates.run.speed import cpus
 
 REPO = Path(__file__).resolve().parents[2]
 
 HOLD = """
 import sys, time
 from pathlib import Path
-from gates.speed import cpus
+from gates.run.speed import cpus
 with cpus.claim(Path(sys.argv[1]), cpus=[1, 0]) as c:
     print(c.cpu, flush=True)
     time.sleep(600)

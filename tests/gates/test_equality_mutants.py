@@ -1,4 +1,4 @@
-"""gates/checks/equality.py record by record: every field of each kind of difference, the
+"""gates/judge/checks/equality.py record by record: every field of each kind of difference, the
 counts and skips of compare, the decoder and the near-tie wording, on small hand-made replies.
 
 Each expected value is written out by hand, so a renamed key, a moved window or a changed
@@ -8,17 +8,44 @@ boundary is a failure here (docs/testing.md, "Mutation testing").
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from gates.checks import equality
-from gates.results import ArmRun, Status
+from gates.judge.checks import equality
+from gates.run.reply import Reply
+from gates.run.results import ArmRun, Status
 
 TINY = Path(__file__).resolve().parents[2] / "fixtures" / "models" / "tiny-qwen3"
 
 
+def R(d: dict) -> Reply:
+    """A reply read as the store reads one (an id unless the dict names its own)."""
+    return Reply.from_json({"id": "r", **d})
+
+
+def _margin(d: dict, i: int) -> float | None:
+    return equality._margin(R(d), i)
+
+
+def bits_difference(x: dict, y: dict) -> tuple[str, int | None] | None:
+    return equality.bits_difference(R(x), R(y))
+
+
+def _diff(rid: str, a: dict, b: dict, *rest: Any) -> dict[str, Any]:
+    return equality._diff(rid, R(a), R(b), *rest)
+
+
+def _bits_diff(rid: str, a: dict, b: dict, *rest: Any) -> dict[str, Any]:
+    return equality._bits_diff(rid, R(a), R(b), *rest)
+
+
+def _fields_diff(rid: str, a: dict, *rest: Any) -> dict[str, Any]:
+    return equality._fields_diff(rid, R(a), *rest)
+
+
 def arm(*replies: dict) -> ArmRun:
-    return ArmRun(Status.OK, replies=list(replies))
+    return ArmRun(Status.OK, replies=[Reply.from_json(r) for r in replies])
 
 
 def r(rid: str, ids: list[int], **kw) -> dict:
@@ -59,14 +86,14 @@ def test_first_difference_on_prefixes_either_way() -> None:
 
 def test_margin_only_where_there_is_a_number() -> None:
     m = {"margins": [0.5, 2, "x", None, True]}
-    assert equality._margin(m, 0) == 0.5
-    got = equality._margin(m, 1)
+    assert _margin(m, 0) == 0.5
+    got = _margin(m, 1)
     assert got == 2.0 and type(got) is float
-    assert equality._margin(m, 2) is None and equality._margin(m, 3) is None
-    assert equality._margin(m, 5) is None  # past the end
-    assert equality._margin({"margins": [1.0]}, 1) is None
-    assert equality._margin({"margins": "0.5"}, 0) is None
-    assert equality._margin({}, 0) is None
+    assert _margin(m, 2) is None and _margin(m, 3) is None
+    assert _margin(m, 5) is None  # past the end
+    assert _margin({"margins": [1.0]}, 1) is None
+    assert _margin({"margins": "0.5"}, 0) is None
+    assert _margin({}, 0) is None
 
 
 # ---------------------------------------------------------------- token differences
@@ -76,7 +103,7 @@ def test_a_token_difference_record_without_a_decoder() -> None:
     a = r("x", [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], margins=[3, -1.0, 0.5, "?"], text="A")
     a["prompt_tokens"] = 7
     b = r("x", [1, 9], margins=[3, 0.25], text="B", finish_reason="stop")
-    got = equality._diff("x", a, b, {"prompt": "hi"}, None)
+    got = _diff("x", a, b, {"prompt": "hi"}, None)
     assert got == {
         "id": "x",
         "kind": "tokens",
@@ -102,7 +129,7 @@ def test_a_token_difference_record_with_a_decoder() -> None:
     common = list(range(45))
     a = r("y", [*common, 1, 2], margins=[])
     b = r("y", [*common, 3])
-    got = equality._diff("y", a, b, None, letters)
+    got = _diff("y", a, b, None, letters)
     assert got["index"] == 45 and got["median_margin"] is None
     assert (got["a_text"], got["b_text"]) == ("bc", "d")
     assert got["common_text"] == letters(common)[-40:] and len(got["common_text"]) == 40
@@ -112,16 +139,16 @@ def test_a_token_difference_record_with_a_decoder() -> None:
 def test_an_error_on_one_side_only_is_recorded() -> None:
     a = r("z", [1], finish_reason="error", error="boom")
     b = r("z", [1], error="ignored: not an error reply")
-    got = equality._diff("z", a, b, None, None)
+    got = _diff("z", a, b, None, None)
     assert got["error"] == {"a": "boom", "b": "ignored: not an error reply"}
     assert got["index"] is None and "a_ids" not in got  # same ids: the error state alone
-    both = equality._diff("z", a, {**a, "ids": [2]}, None, None)
+    both = _diff("z", a, {**a, "ids": [2]}, None, None)
     assert "error" not in both
-    assert "error" not in equality._diff("z", r("z", [1]), r("z", [2]), None, None)
+    assert "error" not in _diff("z", r("z", [1]), r("z", [2]), None, None)
 
 
 def test_missing_ids_count_as_none() -> None:
-    got = equality._diff("n", {"id": "n", "ids": None}, r("n", [4]), None, None)
+    got = _diff("n", {"id": "n", "ids": None}, r("n", [4]), None, None)
     assert (got["a_len"], got["b_len"], got["index"], got["b_ids"]) == (0, 1, 0, [4])
 
 
@@ -130,21 +157,21 @@ def test_missing_ids_count_as_none() -> None:
 
 def test_bits_difference_field_by_field() -> None:
     x = {"logit_hashes": ["h0", "h1"], "margins": [1.0, 2.0], "embedding": [0.5, 0.25]}
-    assert equality.bits_difference(x, dict(x)) is None
-    assert equality.bits_difference(x, {**x, "logit_hashes": ["h0", "hX"]}) == ("logit_hashes", 1)
-    assert equality.bits_difference(x, {**x, "margins": [1.0, 2.5]}) == ("margins", 1)
+    assert bits_difference(x, dict(x)) is None
+    assert bits_difference(x, {**x, "logit_hashes": ["h0", "hX"]}) == ("logit_hashes", 1)
+    assert bits_difference(x, {**x, "margins": [1.0, 2.5]}) == ("margins", 1)
     both = {**x, "logit_hashes": ["hX", "h1"], "margins": [1.5, 2.0]}
-    assert equality.bits_difference(x, both) == ("logit_hashes", 0)  # hashes are read first
-    got = equality.bits_difference(x, {**x, "embedding": [0.5, 0.125]})
+    assert bits_difference(x, both) == ("logit_hashes", 0)  # hashes are read first
+    got = bits_difference(x, {**x, "embedding": [0.5, 0.125]})
     assert got == ("embedding", 1)
-    assert equality.bits_difference(x, {**x, "embedding": [0.5]}) == ("embedding", 1)
+    assert bits_difference(x, {**x, "embedding": [0.5]}) == ("embedding", 1)
     # a field one side does not carry is not compared
-    assert equality.bits_difference(x, {"margins": [1.0, 2.0]}) is None
-    assert equality.bits_difference({"logit_hashes": None}, {"logit_hashes": ["h"]}) is None
-    assert equality.bits_difference({"embedding": "e"}, {"embedding": ["e"]}) is None
-    assert equality.bits_difference({"embedding": [1]}, {"embedding": None}) is None
+    assert bits_difference(x, {"margins": [1.0, 2.0]}) is None
+    assert bits_difference({"logit_hashes": None}, {"logit_hashes": ["h"]}) is None
+    assert bits_difference({"embedding": "e"}, {"embedding": ["e"]}) is None
+    assert bits_difference({"embedding": [1]}, {"embedding": None}) is None
     shorter = {**x, "margins": [1.0]}
-    assert equality.bits_difference(x, shorter) == ("margins", 1)
+    assert bits_difference(x, shorter) == ("margins", 1)
 
 
 def test_a_bits_record_at_a_token() -> None:
@@ -152,7 +179,7 @@ def test_a_bits_record_at_a_token() -> None:
     a = r("b", ids, margins=[1.0] * 3 + [0.5], logit_hashes=["a"] * 12, prompt_tokens=3)
     b = r("b", ids, margins=[1.0] * 3 + [0.5], logit_hashes=["a"] * 3 + ["z"] * 9)
     b["finish_reason"] = "stop"
-    got = equality._bits_diff("b", a, b, ("logit_hashes", 3), {"p": 1}, None)
+    got = _bits_diff("b", a, b, ("logit_hashes", 3), {"p": 1}, None)
     assert got == {
         "id": "b",
         "kind": "bits",
@@ -170,21 +197,21 @@ def test_a_bits_record_at_a_token() -> None:
         "b_hash": "z",
         "a_ids": [23, 24, 25, 26, 27, 28, 29, 30],
     }
-    with_text = equality._bits_diff("b", a, b, ("logit_hashes", 3), None, letters)
+    with_text = _bits_diff("b", a, b, ("logit_hashes", 3), None, letters)
     assert with_text["a_text"] == letters(ids[3:11])
 
 
 def test_a_bits_record_without_hashes_or_per_token_index() -> None:
     a, b = r("m", [1, 2], margins=[1.0, 2.0]), r("m", [1, 2], margins=[1.0, 3.0])
-    got = equality._bits_diff("m", a, b, ("margins", 1), None, letters)
+    got = _bits_diff("m", a, b, ("margins", 1), None, letters)
     assert (got["a_margin"], got["b_margin"], got["a_ids"], got["a_text"]) == (2.0, 3.0, [2], "c")
     assert "a_hash" not in got and "b_hash" not in got
-    nohash = equality._bits_diff("m", a, b, ("logit_hashes", 1), None, None)
+    nohash = _bits_diff("m", a, b, ("logit_hashes", 1), None, None)
     assert (nohash["a_hash"], nohash["b_hash"]) == (None, None)  # neither carries hashes
-    emb = equality._bits_diff("m", a, b, ("embedding", 0), None, letters)
+    emb = _bits_diff("m", a, b, ("embedding", 0), None, letters)
     assert emb["index"] == 0 and emb["bits_of"] == "embedding"
     assert not {"a_margin", "a_ids", "a_text"} & set(emb)  # an embedding has no tokens
-    whole = equality._bits_diff("m", a, b, ("margins", None), None, letters)
+    whole = _bits_diff("m", a, b, ("margins", None), None, letters)
     assert not {"a_margin", "a_ids", "a_text"} & set(whole)
 
 
@@ -200,7 +227,7 @@ def test_equal_ids_with_a_shorter_hash_list_is_a_bits_record() -> None:
 
 def test_a_fields_record() -> None:
     a = r("f", [1, 2, 3], prompt_tokens=4)
-    got = equality._fields_diff("f", a, ("text", "ab", "ac"), {"q": 2})
+    got = _fields_diff("f", a, ("text", "ab", "ac"), {"q": 2})
     assert got == {
         "id": "f",
         "kind": "fields",
@@ -213,7 +240,7 @@ def test_a_fields_record() -> None:
         "a_len": 3,
         "b_len": 3,
     }
-    assert equality._fields_diff("f", {"ids": None}, ("text", 1, 2), None)["a_len"] == 0
+    assert _fields_diff("f", {"ids": None}, ("text", 1, 2), None)["a_len"] == 0
 
 
 # ---------------------------------------------------------------- compare

@@ -8,10 +8,13 @@ from pathlib import Path
 import pytest
 
 from conftest import ran
-from gates import BadInput, matrix, plan
-from gates.checks import acceptance, equality, schedule
+from gates import BadInput
+from gates.judge.checks import acceptance, equality, schedule
+from gates.judge.kinds import KINDS
 from gates.judge.kinds.schedule import SCHEDULE_METRICS
-from gates.receipt import render
+from gates.plan import build as plan
+from gates.plan import matrix
+from gates.report.receipt import failures
 
 
 def reply(rid, ids, **kw):
@@ -25,7 +28,7 @@ def test_same_tokens_other_bits_fails_at_the_first_parted_token():
     assert (got.matched, got.total) == (0, 1)
     (d,) = got.diffs
     assert (d["kind"], d["bits_of"], d["index"]) == ("bits", "logit_hashes", 1)
-    line = render._diff_line(d, "base", "head")
+    line = failures._diff_line(d, "base", "head")
     assert "same tokens, other bits" in line and "token 1" in line and "`bX`" in line
 
 
@@ -76,7 +79,7 @@ def test_schedule_metrics_from_a_trace():
         row("round", decoding=["d"], decoded=["d"], fin={"d": "length"}),
         row("long", stepped={"L": 64}, debt=3.0),
     ]
-    got = schedule.metrics(trace)
+    got = schedule.metrics(schedule.rows_of(trace))
     assert got == {
         "max_decode_gap_rounds": 2,  # the long step and s1's step
         "short_ttft_rounds": 2,  # s2 waited through two rounds
@@ -125,7 +128,7 @@ def test_rounds_ahead_of_a_due_long_step_read_as_worse_not_better():
         row("long", stepped={"L": 64}),
         row("long", stepped={"L": 64}),
     ]
-    mb, mh = schedule.metrics(base), schedule.metrics(head)
+    mb, mh = schedule.metrics(schedule.rows_of(base)), schedule.metrics(schedule.rows_of(head))
     assert mh["max_decode_gap_rounds"] < mb["max_decode_gap_rounds"]
     assert mh["long_gap_rounds"] < mb["long_gap_rounds"]
     assert (mb["long_first_step_rounds"], mh["long_first_step_rounds"]) == (0, 2)
@@ -149,16 +152,18 @@ def test_background_wait_bounds_aging():
         return [*rows, step("b1", [])]
 
     bg = frozenset({"b1"})
-    assert schedule.metrics(stream(8), bg)["background_wait_actions"] == 8
-    late = schedule.metrics(stream(9), bg)
+    assert schedule.metrics(schedule.rows_of(stream(8)), bg)["background_wait_actions"] == 8
+    late = schedule.metrics(schedule.rows_of(stream(9)), bg)
     assert late["background_wait_actions"] == 9 and late["priority_inversions"] == 0
-    assert schedule.metrics(stream(7), bg)["priority_inversions"] == 0  # nobody waited
+    assert (
+        schedule.metrics(schedule.rows_of(stream(7)), bg)["priority_inversions"] == 0
+    )  # nobody waited
     early = stream(7)
     early[-1]["waiting"] = ["f7"]
     early[-1]["arrived"] = {"f7": "short"}
-    assert schedule.metrics(early, bg)["priority_inversions"] == 1
+    assert schedule.metrics(schedule.rows_of(early), bg)["priority_inversions"] == 1
     starved = stream(8)[:-1]  # never stepped: it waited to the end
-    assert schedule.metrics(starved, bg)["background_wait_actions"] == 8
+    assert schedule.metrics(schedule.rows_of(starved), bg)["background_wait_actions"] == 8
 
 
 def test_acceptance_drop():
@@ -190,7 +195,7 @@ gates:
 def test_schedule_and_acceptance_rules_plan_their_arms(tmp_path: Path):
     p = tmp_path / "m.yaml"
     p.write_text(MATRIX)
-    m = matrix.load(p)
+    m = matrix.load(p, KINDS)
     assert m.prompt_sets() == ["p", "sched"]
     pl = plan.build(m, {"p": [], "sched": []})
     (check,) = [c for c in pl.checks if c.gate == "burst"]  # p=1, p=4 -> one arm
@@ -234,7 +239,7 @@ def test_bad_behaviour_rules_name_the_key(tmp_path: Path, body: str, key: str):
     p = tmp_path / "m.yaml"
     p.write_text(f"model: m\nprompts: p\ngates:\n  - name: g\n    {body}\n")
     with pytest.raises(BadInput) as e:
-        matrix.load(p)
+        matrix.load(p, KINDS)
     assert str(e.value).startswith(f"{p}: {key}: expected"), str(e.value)
 
 
@@ -247,12 +252,12 @@ def test_priority_inversions_count_unaged_background_steps_ahead_of_foreground()
     arrived = {"f1": "short", "f2": "short", "b1": "short"}
     good = [step("f1", ["f2", "b1"], arrived), step("f2", ["b1"]), step("b1", [])]
     bad = [step("b1", ["f1", "f2"], arrived), step("f1", ["f2"]), step("f2", [])]
-    assert schedule.metrics(good, frozenset({"b1"}))["priority_inversions"] == 0
-    assert schedule.metrics(bad, frozenset({"b1"}))["priority_inversions"] == 1
+    assert schedule.metrics(schedule.rows_of(good), frozenset({"b1"}))["priority_inversions"] == 0
+    assert schedule.metrics(schedule.rows_of(bad), frozenset({"b1"}))["priority_inversions"] == 1
     aged = [step(f"f{i}", [f"f{i + 1}", "b1"], {f"f{i}": "short"}) for i in range(8)]
     aged[0]["arrived"]["b1"] = "short"
     aged.append(step("b1", ["f8"], {"f8": "short"}))  # waited 8 actions: aged, may go first
-    assert schedule.metrics(aged, frozenset({"b1"}))["priority_inversions"] == 0
+    assert schedule.metrics(schedule.rows_of(aged), frozenset({"b1"}))["priority_inversions"] == 0
 
 
 def test_blas_row_variant_rules_plan_their_own_arms(tmp_path: Path):
@@ -266,7 +271,8 @@ gates:
   - {name: pages, within_commit: {vary: paging, reference: off}, blas: row-variant}
 """
     (tmp_path / "m.yaml").write_text(body)
-    pl = plan.build(matrix.load(tmp_path / "m.yaml"), {"p": [{"id": "a", "prompt_ids": [1]}]})
+    m = matrix.load(tmp_path / "m.yaml", KINDS)
+    pl = plan.build(m, {"p": [{"id": "a", "prompt_ids": [1]}]})
     rows = [c for c in pl.comparisons if c.gate == "rows"]
     assert len(rows) == 1 and rows[0].a.config["blas"] == "row-variant"
     assert "blas=row-variant" in rows[0].b.name
@@ -278,14 +284,14 @@ gates:
             f"model: m\nprompts: p\ngates:\n  - {{name: x, {kind}, {bad}}}\n"
         )
         with pytest.raises(BadInput, match=re.escape(key)):
-            matrix.load(tmp_path / "b.yaml")
+            matrix.load(tmp_path / "b.yaml", KINDS)
 
 
 def test_the_row_variant_kernel_gives_other_bits_at_other_row_counts():
     import subprocess
     import sys
 
-    from gates import blas
+    from gates.run import blas
 
     core, why = blas.row_variant_kernel(sys.executable)
     if core is None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import git, hangs, run_gates, wait_until
-from gates import refs
+from gates.run import refs
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "fixtures" / "models" / "tiny-qwen3"

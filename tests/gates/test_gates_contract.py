@@ -1,4 +1,4 @@
-"""gates/contract.py against the engines it reads: the real one of this tree, and the stub
+"""gates/run/contract.py against the engines it reads: the real one of this tree, and the stub
 of the host tests. Neither may drift from what the runner sends and keeps."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gates import contract
+from gates.run import contract
+from gates.run.capabilities import Capabilities
 
 REPO = Path(__file__).resolve().parents[2]
 STUB = Path(__file__).resolve().parent / "stub_engine"
@@ -32,7 +33,7 @@ def caps_of(root: Path) -> dict:
     return json.loads(engine_cli(root, "capabilities", "--json"))
 
 
-def widest_config(caps: dict) -> dict:
+def widest_config(caps: Capabilities) -> dict:
     """An arm config that makes engine_args emit every flag it knows."""
     return {
         "backend": "numpy",
@@ -40,7 +41,7 @@ def widest_config(caps: dict) -> dict:
         "parallel": 4,
         "paging": "on",
         "pages": 64,
-        "drafter": next(d for d in caps["drafters"] if d != "none"),
+        "drafter": next(d for d in caps.drafters or () if d != "none"),
         "draft_tokens": 3,
         "context": 512,
         "page_rows": 16,
@@ -53,35 +54,38 @@ def widest_config(caps: dict) -> dict:
 
 @pytest.mark.parametrize("root", [REPO, STUB], ids=["real", "stub"])
 def test_every_flag_the_runner_sends_is_one_the_engine_lists(root):
-    caps = caps_of(root)
-    cfg = {**widest_config(caps), "backend": caps["backends"][0]}
+    caps = Capabilities.from_json(caps_of(root))
+    cfg = {**widest_config(caps), "backend": (caps.backends or ())[0]}
     sent = {a for a in contract.engine_args(cfg) if a.startswith("--")}
-    assert sent <= set(caps["flags"]), sent - set(caps["flags"])
+    assert sent <= set(caps.flags or ()), sent - set(caps.flags or ())
     assert contract.missing(caps, cfg) is None
     usage = engine_cli(root, "run", "--help")  # and the engine really takes them
     assert not [f for f in sent if f not in usage], usage
 
 
 def test_the_real_engine_lists_what_the_runner_reads():
-    caps = caps_of(REPO)
-    assert caps["contract"] >= 2
+    raw = caps_of(REPO)
+    caps = Capabilities.from_json(raw)
+    assert caps.contract is not None and caps.contract >= 2
     assert contract.writes_trace(caps)
     assert contract.request_keys(caps) >= contract.V1_REQUEST_KEYS
-    assert set(contract.REPLY_KEYS) <= set(caps["reply_keys"])
+    assert set(contract.REPLY_KEYS) <= set(raw["reply_keys"])
     for name in ("pages_in_use", "unplanned_allocations", "drafter_states"):
-        assert name in caps["metrics_keys"]
+        assert name in raw["metrics_keys"]
     assert contract.missing(caps, widest_config(caps)) is None
+    assert Capabilities.from_json(caps.to_json()) == caps
 
 
 @pytest.mark.parametrize("root", [REPO, STUB], ids=["real", "stub"])
 def test_the_bench_the_speed_runner_drives_is_the_schema_it_reads(root, tmp_path):
     """bench --lockstep of each engine: the flags the runner sends, the ready header, a
-    stepped run's answer with every metric the matrix may ask for (gates/speed/schema.py)."""
-    from gates.speed import schema
-    from gates.speed.measure import bench_argv
+    stepped run's answer with every metric the matrix may ask for (gates/run/speed/schema.py)."""
+    from gates.plan.speed import SpeedSpec
+    from gates.run.speed import schema
+    from gates.run.speed.measure import bench_argv
 
     model = REPO / "fixtures" / "models" / "tiny-qwen3"
-    spec = {"parallel": [1, 2], "prompt_tokens": 8, "gen_tokens": 3}
+    spec = SpeedSpec(parallel=(1, 2), prompt_tokens=8, gen_tokens=3)
     argv = bench_argv(model, "numpy", spec)
     asks = [{"parallel": 2, "turn": 1}] * 8 + [{"parallel": 1}]
     out = subprocess.run(

@@ -8,7 +8,7 @@ import sys
 import git
 
 from conftest import run_gates
-from gates import envs
+from gates.run import envs
 
 
 def imports(python: str, module: str) -> bool:

@@ -33,15 +33,16 @@ def test_an_address_without_ray_is_bad_input(stub_repo, capsys):
 def test_gates_imports_without_ray():
     """Ray is imported only by --executor ray: every module a plain run loads imports without."""
     code = (
-        "import sys; sys.modules['ray'] = None; import gates.__main__, gates.run, gates.executors"
+        "import sys; sys.modules['ray'] = None; "
+        "import gates.__main__, gates.pipeline, gates.run.executors"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
 
 
 def test_one_fingerprint_is_one_kind_and_a_configuration_keeps_to_one_kind():
-    rx = pytest.importorskip("gates.executors.ray")  # needs Ray importable, not a cluster
-    from gates.plan import Arm, canonical
+    rx = pytest.importorskip("gates.run.executors.ray")  # needs Ray importable, not a cluster
+    from gates.plan.build import Arm, canonical
 
     nodes = [
         {"NodeID": "a", "Resources": {"CPU": 16, "GPU": 8}},
@@ -94,7 +95,7 @@ def test_compare_two_equal_runs_then_a_planted_difference_of_each_kind(
 ):
     """Two runs of one matrix compare equal (timings and where they ran left out); a changed
     token id in a stored reply, a reply summary's hash, a gate verdict each show as one line."""
-    from gates.executors import compare as cmp
+    from gates.run.executors import compare as cmp
 
     a, b, res_a, res_b = _two_runs(stub_repo, tmp_path, monkeypatch)
     capsys.readouterr()  # the runs' own summaries
@@ -125,7 +126,7 @@ def test_compare_two_equal_runs_then_a_planted_difference_of_each_kind(
 
 
 def test_compare_an_unreadable_manifest_is_bad_input(tmp_path, capsys):
-    from gates.executors import compare as cmp
+    from gates.run.executors import compare as cmp
 
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
@@ -138,7 +139,7 @@ def test_compare_reads_a_named_file_by_content_and_a_served_arms_counters_not_at
     """A truth file at two paths with one content is equal, with another content not; a
     served arm's rounds may differ (when the server saw a hang-up), an offline arm's may not,
     nor a served arm's pages in use."""
-    from gates.executors import compare as cmp
+    from gates.run.executors import compare as cmp
 
     a, b, c = (tmp_path / n for n in ("a.jsonl", "b.jsonl", "c.jsonl"))
     a.write_text('{"id": "x"}\n')

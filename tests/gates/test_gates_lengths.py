@@ -6,11 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from gates import BadInput, matrix, plan
+from gates import BadInput
 from gates.judge.kinds import KINDS, unit
 from gates.judge.kinds.lengths import problems
-from gates.receipt.render import cell_text
-from gates.results import ArmRun, Cell, Status
+from gates.judge.results import Cell
+from gates.plan import build as plan
+from gates.plan import matrix
+from gates.report.receipt.render import cell_text
+from gates.run.reply import Reply
+from gates.run.results import ArmRun, Status
 
 MATRIX = """
 model: m
@@ -28,11 +32,11 @@ SET = [{"id": "a", "prompt_ids": [1]}, {"id": "b", "prompt_ids": [2], "max_token
 
 def load(tmp_path: Path, text: str = MATRIX) -> matrix.Matrix:
     (tmp_path / "m.yaml").write_text(text)
-    return matrix.load(tmp_path / "m.yaml")
+    return matrix.load(tmp_path / "m.yaml", KINDS)
 
 
 def run(*replies: dict) -> ArmRun:
-    return ArmRun(Status.OK, replies=list(replies))
+    return ArmRun(Status.OK, replies=[Reply.from_json(r) for r in replies])
 
 
 def test_the_kind_is_found_by_its_key_and_checks_every_head_arm(tmp_path: Path):

@@ -6,8 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from gates import BadInput, matrix, plan, prompts
+from gates import BadInput
 from gates.__main__ import main
+from gates.judge.kinds import KINDS
+from gates.plan import build as plan
+from gates.plan import matrix, prompts
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,7 +65,7 @@ BASE = "model: m\nprompts: p\ngates:\n  - name: g\n    across_commits: {}\n"
 def test_bad_matrix_names_file_key_and_expectation(tmp_path, text, key, expected):
     p = write(tmp_path, text)
     with pytest.raises(BadInput) as e:
-        matrix.load(p)
+        matrix.load(p, KINDS)
     msg = str(e.value)
     assert msg.startswith(f"{p}: {key}: expected"), msg
     assert expected in msg
@@ -76,9 +79,8 @@ def test_bad_matrix_exits_2(tmp_path, capsys):
 
 
 def test_yaml_on_off_and_flags_normalised(tmp_path):
-    m = matrix.load(
-        write(tmp_path, BASE + "axes:\n  paging: [off, on]\n  flags: [{}, {ENGINE_X: true}]\n")
-    )
+    text = BASE + "axes:\n  paging: [off, on]\n  flags: [{}, {ENGINE_X: true}]\n"
+    m = matrix.load(write(tmp_path, text), KINDS)
     assert m.axes["paging"] == ["off", "on"]
     assert m.axes["flags"] == [{}, {"ENGINE_X": "true"}]
     assert len(m.points()) == 4
@@ -86,7 +88,7 @@ def test_yaml_on_off_and_flags_normalised(tmp_path):
 
 @pytest.mark.parametrize("name", ["quick", "fake", "default", "full", "gpu"])
 def test_bundled_matrices_load_and_plan(name):
-    m = matrix.load(REPO / "matrices" / f"{name}.yaml")
+    m = matrix.load(REPO / "matrices" / f"{name}.yaml", KINDS)
     sets = {n: prompts.load(prompts.resolve_path(REPO, n)) for n in m.prompt_sets()}
     p = plan.build(m, sets)
     assert p.arms and p.comparisons and not p.notes
@@ -96,7 +98,7 @@ def test_bundled_matrices_load_and_plan(name):
 
 
 def test_quick_matrix_is_small():
-    m = matrix.load(REPO / "matrices" / "quick.yaml")
+    m = matrix.load(REPO / "matrices" / "quick.yaml", KINDS)
     sets = {n: prompts.load(prompts.resolve_path(REPO, n)) for n in m.prompt_sets()}
     arms = plan.build(m, sets).arms
     assert len(arms) <= 66  # 43 dense, 22 MoE (bf16 only, no scheduler arms)
@@ -107,7 +109,7 @@ def test_quick_matrix_is_small():
 
 @pytest.mark.parametrize("name", ["quick", "default", "gpu"])
 def test_every_equality_gate_runs_on_the_moe_model(name):
-    m = matrix.load(REPO / "matrices" / f"{name}.yaml")
+    m = matrix.load(REPO / "matrices" / f"{name}.yaml", KINDS)
     sets = {n: prompts.load(prompts.resolve_path(REPO, n)) for n in m.prompt_sets()}
     p = plan.build(m, sets)
     moe = "fixtures/models/tiny-qwen3-moe"
@@ -132,7 +134,7 @@ gates:
   - {name: resumed, resumed: {}, where: {paging: on}}
   - {name: pages, resource: {}}
 """
-    m = matrix.load(write(tmp_path, text))
+    m = matrix.load(write(tmp_path, text), KINDS)
     sets = {"p": [{"id": "a", "prompt_ids": [1, 2, 3], "resume_from": 2}]}
     p = plan.build(m, sets)
     main_c = [c for c in p.comparisons if c.gate == "main"]
@@ -157,7 +159,8 @@ gates:
 
 def test_drafter_models_reach_the_arms_of_that_drafter(tmp_path):
     text = BASE + "axes: {drafter: [none, block, noisy]}\ndrafter_models: {block: d/blk}\n"
-    p = plan.build(matrix.load(write(tmp_path, text)), {"p": [{"id": "a", "prompt_ids": [1]}]})
+    m = matrix.load(write(tmp_path, text), KINDS)
+    p = plan.build(m, {"p": [{"id": "a", "prompt_ids": [1]}]})
     by = {a.config["drafter"]: a.config for a in p.arms}
     assert by["block"]["drafter_model"] == "d/blk"
     assert "drafter_model" not in by["none"] and "drafter_model" not in by["noisy"]

@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 
 from conftest import SMALL, gate, run_gates
-from gates import BadInput, matrix, plan
+from gates import BadInput
 from gates.__main__ import main
-from gates.inputs import load_inputs
+from gates.judge.kinds import KINDS
+from gates.plan import build as plan
+from gates.plan import matrix
+from gates.plan.inputs import load_inputs
 
 MOE_DIR = "fixtures/models/stub-moe"
 TWO = SMALL.replace(
@@ -37,7 +40,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_two_models_double_the_points_and_name_the_model(tmp_path):
-    m = matrix.load(write(tmp_path, TWO))
+    m = matrix.load(write(tmp_path, TWO), KINDS)
     p = plan.build(m, {"t": [{"id": "a", "prompt_ids": [1, 2]}]})
     assert {a.config["model"] for a in p.arms} == {"fixtures/models/stub", MOE_DIR}
     assert all(a.name.split()[0] in ("stub", "stub-moe") for a in p.arms)
@@ -50,7 +53,7 @@ def test_exclude_drops_matching_points_only(tmp_path):
     text = TWO.replace("  kv: [bf16, fp8]\n", "  kv: [bf16, fp8]\n  parallel: [1, 4]\n", 1)
     text = text.replace("  parallel: [4]\n", "")
     text += f"exclude:\n  - {{model: {MOE_DIR}, kv: fp8}}\n  - {{model: {MOE_DIR}, parallel: 1}}\n"
-    m = matrix.load(write(tmp_path, text))
+    m = matrix.load(write(tmp_path, text), KINDS)
     pts = m.points()
     moe = [p for p in pts if p["model"] == MOE_DIR]
     assert [(p["kv"], p["parallel"]) for p in moe] == [("bf16", 4)]
@@ -70,7 +73,7 @@ def test_exclude_drops_matching_points_only(tmp_path):
 def test_bad_exclude_names_the_key(tmp_path, exclude, key, expected):
     p = write(tmp_path, TWO + exclude)
     with pytest.raises(BadInput) as e:
-        matrix.load(p)
+        matrix.load(p, KINDS)
     assert str(e.value).startswith(f"{p}: {key}: expected"), str(e.value)
     assert expected in str(e.value)
 
@@ -78,7 +81,7 @@ def test_bad_exclude_names_the_key(tmp_path, exclude, key, expected):
 def test_unknown_model_directory_exits_2_naming_the_axis_key(stub_repo, capsys):
     (stub_repo.root / "matrices" / "two.yaml").write_text(TWO)
     with pytest.raises(BadInput) as e:
-        load_inputs(stub_repo.root, "matrices/two.yaml")
+        load_inputs(stub_repo.root, "matrices/two.yaml", KINDS)
     assert f"two.yaml: axes.model[1]: '{MOE_DIR}' is not a directory" in str(e.value)
     code = main(["run", "--repo", str(stub_repo.root), "--matrix", "matrices/two.yaml"])
     assert code == 2

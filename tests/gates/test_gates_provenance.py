@@ -3,8 +3,9 @@ capabilities' `backend_info` (docs/contract.md, version 4), read by field name."
 
 from __future__ import annotations
 
-from gates import contract
-from gates.receipt import render
+from gates.report.receipt import render
+from gates.run import contract
+from gates.run.capabilities import Capabilities
 from tests.gates.conftest import SMALL, run_gates
 
 FACTS = {
@@ -40,8 +41,8 @@ def test_a_numpy_matrix_records_no_backend_facts(stub_repo):
 
 
 def test_facts_come_from_whichever_side_reports_them():
-    old = {"contract": 3, "backends": ["cupy"]}  # before contract 4: no backend_info
-    new = {"contract": 4, "backend_info": {"cupy": FACTS, "numpy": {}}}
+    old = Capabilities.from_json({"contract": 3, "backends": ["cupy"]})  # no backend_info
+    new = Capabilities.from_json({"contract": 4, "backend_info": {"cupy": FACTS, "numpy": {}}})
     assert contract.backend_facts([old, None, new], ["cupy", "numpy"]) == {"cupy": FACTS}
     assert contract.backend_facts([old], ["cupy"]) == {}
     assert render.backend_facts_text("cupy", FACTS) == LINE

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from conftest import run_gates
-from gates.executors import compare
-from gates.receipt import schema
+from gates.report.receipt import schema
+from gates.run.executors import compare
 
 ray = pytest.importorskip("ray")
 
@@ -225,7 +225,7 @@ def test_speed_blocks_run_on_one_worker(stub_repo, cluster):
 def test_the_quick_matrix_through_ray_equals_the_local_run_arm_for_arm(cluster, tmp_path):
     """This repository's quick matrix (bundled tiny models, the real engine) of HEAD against
     its parent, run locally and through the local Ray cluster on separate caches (so Ray runs
-    every arm): ``gates.executors.compare`` finds no difference, stored results in full."""
+    every arm): ``gates.run.executors.compare`` finds no difference, stored results in full."""
     out = {}
     for name, extra in (("local", []), ("ray", ["--executor", "ray", "--address", cluster])):
         argv = [sys.executable, "-m", "gates", "run", "--base", "HEAD~1", "--head", "HEAD"]
@@ -235,7 +235,7 @@ def test_the_quick_matrix_through_ray_equals_the_local_run_arm_for_arm(cluster, 
         assert got.returncode in (0, 1), got.stderr[-2000:]
         (out[name],) = (tmp_path / name).glob("*.json")
     stores = [str(tmp_path / f"cache-{n}" / "results") for n in ("local", "ray")]
-    argv = [sys.executable, "-m", "gates.executors.compare", str(out["local"]), str(out["ray"])]
+    argv = [sys.executable, "-m", "gates.run.executors.compare", str(out["local"]), str(out["ray"])]
     got = subprocess.run([*argv, "--results", *stores], cwd=REPO, capture_output=True, text=True)
     assert got.returncode == 0 and got.stdout.startswith("EQUAL: "), got.stdout[-3000:]
 
@@ -246,7 +246,7 @@ def test_an_engine_started_by_a_ray_task_can_be_stopped_with_sigint(cluster):
 
     @ray.remote(num_cpus=0)
     def blocked_in_a_child() -> tuple[bool, bool]:
-        from gates.executors import worker
+        from gates.run.executors import worker
 
         def child() -> bool:
             out = subprocess.run(["grep", "SigBlk", "/proc/self/status"], capture_output=True)

@@ -14,12 +14,14 @@ from typing import Any
 from markdown_it import MarkdownIt
 
 from conftest import run_gates
-from gates import execute
-from gates import run as run_mod
-from gates.execute import ArmJob
-from gates.receipt import render
-from gates.receipt.table import fence
-from gates.results import ArmRun, Status
+from gates import pipeline as run_mod
+from gates.report.receipt import render
+from gates.report.receipt.table import fence
+from gates.run import execute
+from gates.run.capabilities import Capabilities
+from gates.run.execute import ArmJob
+from gates.run.reply import Reply
+from gates.run.results import ArmRun, Status
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -107,7 +109,7 @@ def fake_arm(head_sha: str) -> Callable[..., ArmRun]:
             exit_code=0,
             wall_s=1.0,
             argv="python -m engine run",
-            replies=[reply(r, cfg, head) for r in reqs],
+            replies=[Reply.from_json(reply(r, cfg, head)) for r in reqs],
             metrics=metrics,
         )
 
@@ -135,7 +137,8 @@ def test_the_default_matrix_with_a_failing_head_stays_under_the_limit(stub_repo,
         ).stdout
     )
     caps.setdefault("architectures", ["Qwen3ForCausalLM", "Qwen3MoeForCausalLM"])  # fake arms
-    monkeypatch.setattr(run_mod, "capabilities", lambda worktree, cache, **kw: (caps, ""))
+    typed = Capabilities.from_json(caps)
+    monkeypatch.setattr(run_mod, "capabilities", lambda worktree, cache, **kw: (typed, ""))
     monkeypatch.setattr(execute, "run_arm", fake_arm(head))
     code, man, md = run_gates(stub_repo, "--no-speed", matrix="matrices/default.yaml")
     assert code == 1, man.get("verdict")

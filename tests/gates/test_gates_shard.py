@@ -9,8 +9,8 @@ import pytest
 
 from conftest import git, run_gates
 from gates.__main__ import main
-from gates.plan import Arm, canonical
-from gates.shard import group_index, select
+from gates.plan.build import Arm, canonical
+from gates.run.shard import group_index, select
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "fixtures" / "models" / "tiny-qwen3"

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from conftest import ran, run_gates
-from gates.checks import equality
-from gates.receipt import render
-from gates.results import ArmResult, GateResult, Status
+from gates.judge.checks import equality
+from gates.judge.results import GateResult
+from gates.report.receipt import failures, render
+from gates.run.results import ArmResult, Status
 
 
 def reply(rid, ids, margins=None, finish="length", **kw):
@@ -47,7 +48,7 @@ def test_compare_counts_and_divergence():
     assert (d["id"], d["index"], d["a_ids"], d["b_ids"]) == ("x", 1, [2, 3], [9, 3])
     assert (d["a_margin"], d["b_margin"]) == (0.25, 0.005)
     assert equality.describe_margin(d["a_margin"], d["b_margin"]) == "a near-tie"
-    line = render._diff_line(d, "base", "head")
+    line = failures._diff_line(d, "base", "head")
     assert "tokens differ from index 1" in line and "[2, 3]" in line and "[9, 3]" in line
     assert "margin at 1: base 0.25, head 0.005 (" in line and "a near-tie)" in line
 
@@ -115,7 +116,7 @@ def test_cpu_arms_are_single_threaded(stub_repo):
 
 
 def test_jobs_on_a_cuda_backend_is_arms_per_gpu(monkeypatch):
-    from gates.run import workers
+    from gates.pipeline import workers
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0, 1")
     assert workers({"cupy"}, None) == (2, ["0", "1"])

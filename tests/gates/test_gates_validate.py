@@ -9,17 +9,22 @@ from pathlib import Path
 import pytest
 
 from conftest import run_gates
-from gates import BadInput, matrix, validate
-from gates.results import ArmResult, Status
+from gates import BadInput
+from gates.judge.kinds import KINDS
+from gates.plan import matrix
+from gates.run import validate
+from gates.run.capabilities import Capabilities
+from gates.run.results import ArmResult, Status
 
-CAPS = {"kv": ["bf16", "fp8"], "drafters": ["none", "mtp"], "env_flags": ["ENGINE_X"]}
+CAPS = Capabilities(kv=("bf16", "fp8"), drafters=("none", "mtp"), env_flags=("ENGINE_X",))
+BF16 = dataclasses.replace(CAPS, kv=("bf16",))
 HEAD = "model: m\nprompts: p\n"
 
 
 def load(tmp_path: Path, text: str) -> matrix.Matrix:
     p = tmp_path / "m.yaml"
     p.write_text(text)
-    return matrix.load(p)
+    return matrix.load(p, KINDS)
 
 
 @pytest.mark.parametrize(
@@ -45,13 +50,13 @@ def load(tmp_path: Path, text: str) -> matrix.Matrix:
 def test_values_no_engine_knows_are_bad_input(tmp_path, text, key):
     m = load(tmp_path, HEAD + text)
     with pytest.raises(BadInput) as e:
-        validate.against_capabilities(m, [CAPS, {**CAPS, "kv": ["bf16"]}])
+        validate.against_capabilities(m, [CAPS, BF16])
     assert str(e.value).startswith(f"{m.path}: {key}: expected"), str(e.value)
 
 
 def test_a_value_one_engine_knows_is_fine(tmp_path):
     m = load(tmp_path, HEAD + "axes: {kv: [bf16, fp8]}\ngates: [{name: g, across_commits: {}}]")
-    validate.against_capabilities(m, [{**CAPS, "kv": ["bf16"]}, CAPS])
+    validate.against_capabilities(m, [BF16, CAPS])
 
 
 def test_an_axis_value_refused_on_both_commits_is_named(tmp_path):
@@ -113,7 +118,7 @@ def test_an_out_folder_that_cannot_hold_a_receipt_fails_before_any_arm(stub_repo
 
 
 def test_a_receipt_stays_under_githubs_comment_size(stub_repo, tmp_path):
-    from gates.receipt import render
+    from gates.report.receipt import render
 
     stub_repo.commit("head", OUTPUT_SALT="")
     code, man, md = run_gates(stub_repo)

@@ -1,4 +1,4 @@
-"""gates.github offline: the comment body and every API request against a fake transport that
+"""gates.report.github offline: the comment body and every API request against a fake transport that
 records them and answers as GitHub's REST API does; no test calls GitHub."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gates import github
+from gates.report import github
 from tests.gates.conftest import run_gates
 
 API = "https://api.github.com/repos/o/r"
@@ -143,7 +143,10 @@ def test_a_read_only_token_warns_and_does_not_fail(tmp_path, capsys):
     fake = Fake({("POST", f"{API}/statuses/"): [(403, {"message": "Resource not accessible"})]})
     args = ["post", "--matrix", "quick", "--receipt", str(tmp_path / "none.md"), "--exit-code", "0"]
     assert github.main(args, send=fake, env=_env(tmp_path)) == 0
-    assert "::warning::gates.github: could not post: status: HTTP 403" in capsys.readouterr().out
+    assert (
+        "::warning::gates.report.github: could not post: status: HTTP 403"
+        in capsys.readouterr().out
+    )
     assert len(fake.sent) == 1
 
 

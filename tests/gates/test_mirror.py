@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gates import refs
+from gates.run import refs
 from tests.gates.conftest import git
 
 REPO = Path(__file__).resolve().parents[2]
@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 KILLED = """
 import os, signal, sys
 from pathlib import Path
-from gates import refs
+from gates.run import refs
 repo = refs.open_repo(sys.argv[1])
 path = refs.ensure_worktree(repo, sys.argv[2])
 gitdir = Path((path / ".git").read_text().removeprefix("gitdir:").strip())

@@ -54,9 +54,9 @@ RUNNER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from gates.execute import ArmJob, base_env, run_all
-    from gates.procs import own_children
-    from gates.served import run_served
+    from gates.run.execute import ArmJob, base_env, run_all
+    from gates.run.procs import own_children
+    from gates.run.served import run_served
 
     own_children()
     wt, work = Path(sys.argv[1]), Path(sys.argv[2])

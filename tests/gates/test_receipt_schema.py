@@ -1,4 +1,4 @@
-"""Every manifest a run writes fits the versioned JSON schema (gates/receipt/schema/):
+"""Every manifest a run writes fits the versioned JSON schema (gates/report/receipt/schema/):
 passing, failing, crashed and not comparable runs, with and without speed, and shards merged."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import json
 import jsonschema
 import pytest
 
-from gates import execute
 from gates.__main__ import main
-from gates.receipt import schema
+from gates.report.receipt import schema
+from gates.run import execute
 from tests.gates.conftest import run_gates
 from tests.gates.test_gates_receipt import crash
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from gates import execute, matrix
-from gates.receipt import render
-from gates.results import Status
-from gates.speed import chart
-from gates.speed.results import SpeedCell, SpeedRun, Verdict
+from gates.plan.speed import SpeedSpec
+from gates.report import speed_chart as chart
+from gates.report.receipt import render
+from gates.run import execute
+from gates.run.results import Status
+from gates.run.speed.results import SpeedCell, SpeedRun, Verdict
 from tests.gates.conftest import run_gates
 from tests.gates.test_gates_receipt import crash
 
@@ -78,13 +79,9 @@ def test_speed_cells_are_counted_once():
 def test_the_speed_budget_stops_blocks(tmp_path):
     """A budget that one block already spends: no second block, though `blocks` asks for 12
     (red before: the first `blocks` blocks always ran); every cell says why it is open."""
-    from gates.speed.measure import run_speed
+    from gates.run.speed.measure import run_speed
 
-    spec = matrix.SPEED_DEFAULTS | {
-        "parallel": [1],
-        "metrics": ["decode_cpu_s_per_token"],
-        "budget_s": 0.01,
-    }
+    spec = SpeedSpec(parallel=(1,), metrics=("decode_cpu_s_per_token",), budget_s=0.01)
     got = run_speed({"base": STUB, "head": STUB}, STUB, "numpy", spec, tmp_path)
     assert got.blocks == 1 and got.stopped == "budget"
     assert [c.verdict for c in got.cells] == [Verdict.INCONCLUSIVE]

@@ -1,4 +1,4 @@
-"""gates/results.py: typed results round-trip through the manifest's JSON, and bad JSON is
+"""gates/run/results.py: typed results round-trip through the manifest's JSON, and bad JSON is
 refused with the field named."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from gates.results import ArmResult, Cell, Comparison, GateResult, Status, arms_of, gates_of, worst
+from gates.judge.results import Cell, Comparison, GateResult, gates_of, worst
+from gates.run.results import ArmResult, Status, arms_of
 
 
 def _gate() -> GateResult:

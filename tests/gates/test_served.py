@@ -10,11 +10,16 @@ from pathlib import Path
 import pytest
 
 from conftest import gate, run_gates
-from gates import BadInput, contract, matrix, plan, prompts, served
-from gates.checks import equality
-from gates.execute import ArmJob, base_env, capabilities, run_arm
+from gates import BadInput
+from gates.judge.checks import equality
+from gates.judge.kinds import KINDS
 from gates.judge.kinds.resource import RESOURCE_LIMITS
+from gates.plan import build as plan
+from gates.plan import matrix, prompts
 from gates.power import plants
+from gates.run import contract, served
+from gates.run.capabilities import Serve
+from gates.run.execute import ArmJob, base_env, capabilities, run_arm
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "fixtures" / "models" / "tiny-qwen3"
@@ -34,7 +39,7 @@ gates:
 
 def test_served_rules_plan_their_arms(tmp_path):
     (tmp_path / "m.yaml").write_text(RULES)
-    m = matrix.load(tmp_path / "m.yaml")
+    m = matrix.load(tmp_path / "m.yaml", KINDS)
     p = plan.build(m, {"p": [{"id": "a", "prompt_ids": [1, 2]}]})
     by = {g: [c for c in p.comparisons if c.gate == g] for g in ("offline", "main", "solo")}
     # 2 flag sets x 2 modes; both parallel points fold into the rule's parallel 2
@@ -68,11 +73,11 @@ def test_served_rules_plan_their_arms(tmp_path):
 def test_a_bad_served_rule_names_its_key(tmp_path, body, key):
     (tmp_path / "m.yaml").write_text(f"model: m\nprompts: p\ngates: [{{name: g, served: {body}}}]")
     with pytest.raises(BadInput, match=key.replace("[", r"\[").replace("]", r"\]")):
-        matrix.load(tmp_path / "m.yaml")
+        matrix.load(tmp_path / "m.yaml", KINDS)
 
 
 def test_lines_a_client_cannot_send_are_left_out_with_a_reason():
-    serve = {"request_keys": ["prompt", "max_tokens", "temperature", "seed", "stop_ids"]}
+    serve = Serve(request_keys=("prompt", "max_tokens", "temperature", "seed", "stop_ids"))
     ok = {"id": "a", "prompt": "x", "max_tokens": 3, "seed": 2, "cancel_after": 1}
     assert served.unservable(ok, serve) is None
     assert "embed" in served.unservable({**ok, "kind": "embed"}, serve)
@@ -144,7 +149,7 @@ def test_served_equals_offline_and_planted_server_bugs_show(tmp_path):
     caps, why = capabilities(REPO, tmp_path / "cache")
     assert caps is not None, why
     for line in LINES:
-        assert served.unservable(line, caps["serve"]) is None, line
+        assert served.unservable(line, caps.serve) is None, line
     offline = run_arm(job(tmp_path, REPO, None, "offline"))
     assert offline.ok, offline
     for mode in ("stream", "plain"):
@@ -153,8 +158,8 @@ def test_served_equals_offline_and_planted_server_bugs_show(tmp_path):
         cmp = equality.compare(offline, got)
         assert (cmp.matched, cmp.total) == (len(LINES) - 1, len(LINES) - 1), cmp.diffs
         assert [s["id"] for s in cmp.skipped] == ["toolong"]  # an error on both sides
-        by = {r["id"]: r for r in got.replies or []}
-        assert len(by["cancel"]["ids"]) == 2 and by["cancel"]["logit_hashes"]
+        by = {r.id: r for r in got.replies or []}
+        assert len(by["cancel"].ids) == 2 and by["cancel"].logit_hashes
         m = got.metrics or {}
         assert (m["live_streams"], m["waiting_streams"], m["pages_in_use"]) == (0, 0, 0)
     for plant in SERVE_PLANTS:  # server bugs of the power catalog: only served arms see them
@@ -173,14 +178,15 @@ def test_served_equals_offline_and_planted_server_bugs_show(tmp_path):
 
 
 def test_the_real_server_lists_what_a_served_arm_sends_and_reads(tmp_path):
-    from test_gates_contract import engine_cli, widest_config
+    from test_gates_contract import caps_of, engine_cli, widest_config
 
     caps, why = capabilities(REPO, tmp_path / "cache")
     assert caps is not None, why
-    serve = caps["serve"]
-    assert set(contract.SERVE_CHOICE_KEYS) <= set(serve["choice_keys"])
-    assert {"temperature", "seed", *served.EXTRA_BODY} <= set(serve["request_keys"])
-    assert set(RESOURCE_LIMITS) <= set(serve["metrics_keys"])
+    serve = caps.serve
+    assert serve is not None
+    assert set(contract.SERVE_CHOICE_KEYS) <= set(serve.choice_keys or ())
+    assert {"temperature", "seed", *served.EXTRA_BODY} <= set(serve.request_keys or ())
+    assert set(RESOURCE_LIMITS) <= set(caps_of(REPO)["serve"]["metrics_keys"])
     cfg = {**widest_config(caps), "drafter": "mtp", "served": "stream"}
     assert contract.missing(caps, cfg) is None
     assert "no served noisy" in contract.missing(caps, {**cfg, "drafter": "noisy"})

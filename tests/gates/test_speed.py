@@ -4,6 +4,7 @@ No timing here: every sample is made up."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -11,12 +12,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gates import BadInput, matrix
-from gates.receipt import render
-from gates.results import GateResult, Status
-from gates.speed import chart, estimate, schema, stats
-from gates.speed.measure import judge, max_looks
-from gates.speed.results import SpeedRun, Verdict
+from gates import BadInput
+from gates.judge.kinds import KINDS
+from gates.judge.results import GateResult
+from gates.plan import matrix
+from gates.plan.speed import SpeedSpec
+from gates.report import speed_chart as chart
+from gates.report.receipt import render
+from gates.run.results import Status
+from gates.run.speed import estimate, schema, stats
+from gates.run.speed.measure import judge, max_looks
+from gates.run.speed.results import SpeedRun, Verdict
 
 BETTER = {m: v.better for m, v in schema.METRICS.items()}
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,9 +111,9 @@ def test_holm_and_looks():
     many = stats.verdicts(cells, BETTER, alpha=0.05, looks=4, delta=0.05, min_effect=0.02)
     assert alone.p_holm < many[0].p_holm
     assert many[0].level == pytest.approx(0.0125)
-    spec = {"blocks": 12, "add_blocks": 6, "max_blocks": 36}
+    spec = SpeedSpec(blocks=12, add_blocks=6, max_blocks=36)
     assert max_looks(spec) == 5
-    assert max_looks({**spec, "add_blocks": 0}) == 1
+    assert max_looks(dataclasses.replace(spec, add_blocks=0)) == 1
 
 
 def test_outliers_flag_unstable():
@@ -162,12 +168,11 @@ def test_schema_checks():
 
 
 def _speed_result(shift: float) -> SpeedRun:
-    spec = {"metrics": ["decode_cpu_s_per_token", "decode_tok_s"], "parallel": [1, 2, 4, 8]}
-    spec.update(alpha=0.05, delta=0.05, min_effect=0.02, repeats=2)
+    spec = SpeedSpec(metrics=("decode_cpu_s_per_token", "decode_tok_s"), parallel=(1, 2, 4, 8))
     samples = []
     for b in range(12):
         values = {}
-        for n in spec["parallel"]:
+        for n in spec.parallel:
             wobble = 1 + 0.001 * (b % 5)
             values[f"decode_cpu_s_per_token@{n}"] = [2e-3 * wobble, 2e-3 * shift * wobble]
             values[f"decode_tok_s@{n}"] = [300.0 * n * wobble, 300.0 * n / shift * wobble]
@@ -228,17 +233,17 @@ def test_matrix_speed_block(tmp_path):
     p = tmp_path / "m.yaml"
     head = "model: m\nprompts: p\ngates:\n  - name: g\n    across_commits: {}\n"
     p.write_text(head + "speed: {runs: 5, max_ratio_drop: 0.1}\n")
-    sp = matrix.load(p).speed
-    assert sp["blocks"] == 3 and sp["delta"] == 0.1 and "runs" not in sp
+    sp = matrix.load(p, KINDS).speed
+    assert sp is not None and sp.blocks == 3 and sp.delta == 0.1 and "runs" not in sp.to_json()
     p.write_text(head + "speed: {metrics: [decode_tok_s, joules]}\n")
     with pytest.raises(BadInput, match="speed.metrics"):
-        matrix.load(p)
+        matrix.load(p, KINDS)
     p.write_text(head + "speed: {alpha: 1.5}\n")
     with pytest.raises(BadInput, match="speed.alpha"):
-        matrix.load(p)
+        matrix.load(p, KINDS)
     p.write_text(head + "speed: {quantile: 1.0}\n")
     with pytest.raises(BadInput, match="speed.quantile"):
-        matrix.load(p)
+        matrix.load(p, KINDS)
 
 
 def test_a_loss_past_the_tolerance_is_slower_small_never_equivalent():
@@ -247,12 +252,12 @@ def test_a_loss_past_the_tolerance_is_slower_small_never_equivalent():
     c = stats.cell("decode_cpu_s_per_token", 1, [1.0] * 3, [1.0] * 3, "lower")
     c.speed, c.speed_lo, c.speed_hi, c.p, c.p_holm = 0.966, 0.956, 0.975, 0.002, 0.008
     assert stats.decide(c, 0.005, 0.10, 0.05) is Verdict.EQUIVALENT  # the old quick band
-    quick = matrix.load(ROOT / "matrices" / "quick.yaml").speed
-    assert quick is not None and quick["delta"] <= 0.03
-    got = stats.decide(c, 0.005, quick["delta"], quick["min_effect"])
+    quick = matrix.load(ROOT / "matrices" / "quick.yaml", KINDS).speed
+    assert quick is not None and quick.delta <= 0.03
+    got = stats.decide(c, 0.005, quick.delta, quick.min_effect)
     assert got is Verdict.SLOWER_SMALL and str(got) == "slower (small)"
     assert chart.ICON[got] == "⚠️ slower (small)"
-    assert stats.decide(c, 0.01, quick["delta"], 0.03) is Verdict.SLOWER  # past min_effect
+    assert stats.decide(c, 0.01, quick.delta, 0.03) is Verdict.SLOWER  # past min_effect
     c.speed, c.speed_lo, c.speed_hi = 1 / 0.966, 1 / 0.975, 1 / 0.956
     assert str(stats.decide(c, 0.005, 0.03, 0.05)) == "faster (small)"
 

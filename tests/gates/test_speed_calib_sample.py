@@ -1,5 +1,5 @@
 """``sample_per: repeat`` (a pair of values per repeat, not per block) and ``--speed`` overrides
-of gates.speed.calibrate, on an injected lockstep worker: no clock, no process."""
+of gates.speed_calibrate, on an injected lockstep worker: no clock, no process."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from gates import matrix
-from gates.speed import measure
+from gates.judge.kinds import KINDS
+from gates.plan import matrix
+from gates.plan.speed import SpeedSpec
+from gates.run.speed import measure
 
 ROOT = Path(__file__).resolve().parents[2]
 STUB = Path(__file__).parent / "stub_engine"
@@ -52,9 +54,8 @@ def counting(monkeypatch: pytest.MonkeyPatch) -> type[Counting]:
     return Counting
 
 
-def _spec(**kw: Any) -> dict[str, Any]:
-    base = {"parallel": [1], "metrics": [DECODE], "budget_s": 1e9, "repeats": 4}
-    return matrix.SPEED_DEFAULTS | base | kw
+def _spec(**kw: Any) -> SpeedSpec:
+    return SpeedSpec(**{"parallel": (1,), "metrics": (DECODE,), "budget_s": 1e9, "repeats": 4} | kw)
 
 
 def test_each_repeat_is_a_sample_of_its_own(tmp_path, counting):
@@ -87,9 +88,9 @@ def test_by_default_a_block_is_one_sample(tmp_path, counting):
 
 def test_overrides_are_typed_and_name_the_key():
     spec = _spec()
-    measure.override(spec, ["parallel=[1]", "min_effect=0", "sample_per=repeat", "blocks=20"])
-    assert (spec["parallel"], spec["min_effect"], spec["sample_per"]) == ([1], 0.0, "repeat")
-    assert spec["blocks"] == 20 and isinstance(spec["min_effect"], float)
+    got = measure.override(spec, ["parallel=[1]", "min_effect=0", "sample_per=repeat", "blocks=20"])
+    assert (got.parallel, got.min_effect, got.sample_per) == ((1,), 0.0, "repeat")
+    assert got.blocks == 20 and isinstance(got.min_effect, float) and spec.blocks == 12
     for bad, says in [
         ("blockz=3", "KEY one of"),
         ("blocks", "KEY=VALUE"),
@@ -111,14 +112,14 @@ def speed_matrix(tmp_path: Path, **speed: Any) -> Path:
 
 @pytest.mark.parametrize("value", ["repeat", "block"])
 def test_a_matrix_may_ask_for_a_pair_per_repeat(tmp_path: Path, value: str) -> None:
-    assert matrix.load(speed_matrix(tmp_path, sample_per=value)).speed["sample_per"] == value
+    assert matrix.load(speed_matrix(tmp_path, sample_per=value), KINDS).speed.sample_per == value
 
 
 def test_a_matrix_without_sample_per_keeps_a_pair_per_block(tmp_path: Path) -> None:
-    assert matrix.load(speed_matrix(tmp_path)).speed["sample_per"] == "block"
+    assert matrix.load(speed_matrix(tmp_path), KINDS).speed.sample_per == "block"
 
 
 @pytest.mark.parametrize("value", ["blocks", "1", 1])
 def test_sample_per_other_than_block_or_repeat_is_refused(tmp_path: Path, value: object) -> None:
     with pytest.raises(matrix.BadInput, match=r"m\.yaml: speed\.sample_per: expected"):
-        matrix.load(speed_matrix(tmp_path, sample_per=value))
+        matrix.load(speed_matrix(tmp_path, sample_per=value), KINDS)

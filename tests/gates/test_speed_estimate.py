@@ -1,11 +1,11 @@
-"""gates/speed/estimate.py on small hand-made runs: which actions count, on their edges."""
+"""gates/run/speed/estimate.py on small hand-made runs: which actions count, on their edges."""
 
 from __future__ import annotations
 
 import math
 import warnings
 
-from gates.speed import estimate
+from gates.run.speed import estimate
 
 
 def run(kinds, cpu, rows, tokens, wall=None, **row) -> dict:

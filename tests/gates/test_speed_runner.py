@@ -1,4 +1,4 @@
-"""The speed block runner (gates/speed/measure.py) on an injected measurement source.
+"""The speed block runner (gates/run/speed/measure.py) on an injected measurement source.
 
 `Worker` (one side's `engine bench --lockstep`) is replaced by `Scripted`, which answers
 with costs made from its environment and a seeded generator: no clock, no CPU time and no
@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gates import matrix
-from gates.results import Status
-from gates.speed import measure
-from gates.speed.results import Verdict
+from gates.plan.speed import SpeedSpec
+from gates.run.results import Status
+from gates.run.speed import measure
+from gates.run.speed.results import Verdict
 
 STUB = Path(__file__).parent / "stub_engine"
 METRICS = ["decode_cpu_s_per_token", "prefill_cpu_s_per_token"]
@@ -59,8 +59,8 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> type[Scripted]:
     return Scripted
 
 
-def _spec(**kw: Any) -> dict[str, Any]:
-    return matrix.SPEED_DEFAULTS | {"parallel": [1, 2], "metrics": METRICS, "budget_s": 1e9} | kw
+def _spec(**kw: Any) -> SpeedSpec:
+    return SpeedSpec(**{"parallel": (1, 2), "metrics": tuple(METRICS), "budget_s": 1e9} | kw)
 
 
 def test_a_planted_slowdown_fails_at_the_first_look(tmp_path, scripted, monkeypatch):
@@ -72,7 +72,7 @@ def test_a_planted_slowdown_fails_at_the_first_look(tmp_path, scripted, monkeypa
     sides = {"base": STUB, "head": STUB}
     got = measure.run_speed(sides, STUB, "numpy", spec, tmp_path, plant=plant)
     # red once with the stop on a slower cell taken out (36 blocks, 5 looks)
-    assert got.status is Status.FAIL and got.blocks == spec["blocks"] and got.looks == 1
+    assert got.status is Status.FAIL and got.blocks == spec.blocks and got.looks == 1
     verdicts = {(c.metric, c.verdict) for c in got.cells}
     assert verdicts == {(METRICS[0], Verdict.SLOWER), (METRICS[1], Verdict.INCONCLUSIVE)}
     assert all(math.isclose(c.speed, 1 / 1.1, rel_tol=1e-9) for c in got.cells[:2])

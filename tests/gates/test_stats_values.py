@@ -1,4 +1,4 @@
-"""gates/speed/stats.py on small hand-made inputs whose answers are computed here without it:
+"""gates/run/speed/stats.py on small hand-made inputs whose answers are computed here without it:
 exact Wilcoxon p values from counting sign patterns, Holm by hand, the bootstrap interval
 redone with numpy alone, and every verdict boundary (docs/testing.md, "Mutation testing")."""
 
@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from gates.speed import stats
-from gates.speed.results import SpeedCell, Verdict
+from gates.run.speed import stats
+from gates.run.speed.results import SpeedCell, Verdict
 
 LN2 = math.log(2)
 

@@ -1,11 +1,12 @@
-"""The result store's keys and entries on small hand-made inputs (gates/store.py)."""
+"""The result store's keys and entries on small hand-made inputs (gates/run/store.py)."""
 
 from __future__ import annotations
 
 import json
 import stat
 
-from gates import store
+from gates.plan import hashes
+from gates.run import store
 
 ARGS = ("tree", {"kv": "fp8"}, "req", {"model:m": "abc"}, "fp", {"ENGINE_X": "1"})
 
@@ -32,14 +33,14 @@ def test_fingerprint_leaves_out_the_core_count_only() -> None:
 def test_hash_dir_covers_names_and_bytes_not_pycache(tmp_path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "x.py").write_text("1")
-    h = store.hash_dir(tmp_path)
+    h = hashes.hash_dir(tmp_path)
     (tmp_path / "a" / "__pycache__").mkdir()
     (tmp_path / "a" / "__pycache__" / "x.pyc").write_text("junk")
-    assert store.hash_dir(tmp_path) == h
+    assert hashes.hash_dir(tmp_path) == h
     (tmp_path / "a" / "x.py").rename(tmp_path / "a" / "y.py")
-    assert store.hash_dir(tmp_path) != h
+    assert hashes.hash_dir(tmp_path) != h
     (tmp_path / "a" / "y.py").write_text("2")
-    assert store.hash_dir(tmp_path / "a" / "y.py") == store.hash_file(tmp_path / "a" / "y.py")
+    assert hashes.hash_dir(tmp_path / "a" / "y.py") == hashes.hash_file(tmp_path / "a" / "y.py")
 
 
 def test_entries_round_trip_and_a_bad_one_is_a_counted_miss(tmp_path) -> None:

@@ -1,4 +1,4 @@
-"""gates/store.py on the paths its key tests do not reach: the machine probes (cpu_name,
+"""gates/run/store.py on the paths its key tests do not reach: the machine probes (cpu_name,
 nvidia-smi), the exact key bytes, and how entries and receipts are written.
 
 Each test here was written against a surviving mutant (docs/testing.md, "Mutation testing").
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gates import store
+from gates.plan import hashes
+from gates.run import store
 
 # ---------------------------------------------------------------- arm_key, by hand
 
@@ -355,9 +356,9 @@ def test_hash_dir_by_hand(tmp_path) -> None:
     big = b"z" * ((1 << 20) + 3)  # more than one read
     (tmp_path / "c").write_bytes(big)
     sha = {k: hashlib.sha256(v).hexdigest() for k, v in {"1": b"1", "2": b"2", "z": big}.items()}
-    assert store.hash_file(tmp_path / "c") == sha["z"]
+    assert hashes.hash_file(tmp_path / "c") == sha["z"]
     lines = f"a.txt\0{sha['1']}\nb/y\0{sha['2']}\nc\0{sha['z']}\n"
-    assert store.hash_dir(tmp_path) == hashlib.sha256(lines.encode()).hexdigest()
+    assert hashes.hash_dir(tmp_path) == hashlib.sha256(lines.encode()).hexdigest()
 
 
 def test_a_failed_atomic_write_leaves_no_temporary(tmp_path: Path, monkeypatch) -> None:

@@ -17,7 +17,11 @@ from engine.model.tokenizer import Tokenizer
 from engine.serve.app import Settings
 from engine.serve.runner import HttpServer
 from engine.serve.worker import EngineWorker
-from gates import BadInput, matrix, validate
+from gates import BadInput
+from gates.judge.kinds import KINDS
+from gates.plan import matrix
+from gates.run import validate
+from gates.run.capabilities import Capabilities
 
 TINY = Path(__file__).parents[2] / "fixtures" / "models" / "tiny-qwen3"
 HEAD = "model: m\nprompts: p\n"
@@ -47,8 +51,8 @@ def test_a_bad_matrix_is_refused_before_any_arm(tmp_path, body, key):
     rules = "" if "gates:" in body else "gates: [{name: g, across_commits: {}}]\n"
     path.write_text(HEAD + body + rules)
     with pytest.raises(BadInput) as err:
-        m = matrix.load(path)
-        validate.against_capabilities(m, [capabilities()])
+        m = matrix.load(path, KINDS)
+        validate.against_capabilities(m, [Capabilities.from_json(capabilities())])
     line = str(err.value)
     assert "\n" not in line and key in line and str(path) in line, line
 
@@ -58,7 +62,7 @@ def test_a_matrix_that_is_not_a_mapping_is_refused(tmp_path, text):
     path = tmp_path / "m.yaml"
     path.write_text(text)
     with pytest.raises(BadInput) as err:
-        matrix.load(path)
+        matrix.load(path, KINDS)
     assert "\n" not in str(err.value).strip() and str(path) in str(err.value)
 
 

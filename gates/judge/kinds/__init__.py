@@ -1,7 +1,7 @@
 """Every gate kind, one file each, found by the registry ``KINDS`` (YAML key -> rule class).
 
 Importing this package imports each of its modules, so a kind registers itself by being a
-file here (see rule.py): adding one touches that file, its test and docs/gates.md.
+file here (see kind.py): adding one touches that file, its test and docs/gates.md.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from gates.judge.kinds.rule import KINDS, Gate, Rule, unit
+from gates.judge.kinds.kind import KINDS, Facts, Kind, kind_of, unit
 
 for _mod in pkgutil.iter_modules(__path__):
-    if _mod.name != "rule":
+    if _mod.name != "kind":
         importlib.import_module(f"{__name__}.{_mod.name}")
 
-__all__ = ["KINDS", "Gate", "Rule", "unit"]
+__all__ = ["KINDS", "Facts", "Kind", "kind_of", "unit"]

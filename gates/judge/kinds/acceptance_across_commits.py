@@ -6,15 +6,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gates.axes import SIDES
-from gates.checks import acceptance
-from gates.judge.kinds.rule import Asked, Gate, Rule, Sets, Source
-from gates.planned import Arm, Check, PairCheck, Plan, canonical
-from gates.results import ArmRun, CheckOutcome
+from gates.judge.checks import acceptance
+from gates.judge.kinds.kind import Kind
+from gates.judge.results import CheckOutcome
+from gates.plan.axes import SIDES
+from gates.plan.planned import Arm, Check, PairCheck, Plan, canonical
+from gates.plan.rule import Asked, Gate, Sets, Source
+from gates.run.results import ArmRun
 
 
 @dataclass(frozen=True)
-class AcceptanceAcrossCommits(Rule):
+class AcceptanceAcrossCommits(Kind):
     KEY = "acceptance_across_commits"
     UNIT = "arms"
     ACROSS = True

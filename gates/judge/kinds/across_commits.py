@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gates.axes import SIDES
-from gates.judge.kinds.rule import Gate, Rule, Sets, Source, parse_where
-from gates.planned import Arm, Plan, canonical
+from gates.judge.kinds.kind import Kind
+from gates.plan.axes import SIDES
+from gates.plan.planned import Arm, Plan, canonical
+from gates.plan.rule import Gate, Sets, Source, parse_where
 
 
 @dataclass(frozen=True)
-class AcrossCommits(Rule):
+class AcrossCommits(Kind):
     KEY = "across_commits"
     BLAS = True
     ACROSS = True

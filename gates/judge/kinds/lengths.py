@@ -12,10 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gates.judge.kinds.rule import Gate, Rule, Sets, Source, check_planned_arms
-from gates.planned import Arm, ArmCheck, Check, Plan
-from gates.prompts import requests_for
-from gates.results import ArmRun, CheckOutcome
+from gates.judge.kinds.kind import Kind
+from gates.judge.results import CheckOutcome
+from gates.plan.planned import Arm, ArmCheck, Check, Plan
+from gates.plan.prompts import requests_for
+from gates.plan.rule import Gate, Sets, Source, check_planned_arms
+from gates.run.results import ArmRun
 
 SHOWN = 3  # replies named in a failing entry; the rest are counted
 UNMEASURED = ("error", "cancelled")  # an error has no ids; a cancel stops early by design
@@ -25,21 +27,21 @@ def problems(run: ArmRun, requests: dict[str, dict[str, Any]], default: int) -> 
     """Each reply whose generated ids break its request's ``max_tokens`` (``default`` for a
     request that names none, as the harness sends it)."""
     out = []
-    for r in run.replies:
-        req = requests.get(r.get("id"), {})
-        finish = r.get("finish_reason")
+    for r in run.replies or []:
+        req = requests.get(r.id, {})
+        finish = r.finish_reason
         if finish in UNMEASURED or req.get("kind") == "embed":
             continue
-        n, limit = len(r.get("ids") or []), req.get("max_tokens", default)
+        n, limit = len(r.ids), req.get("max_tokens", default)
         if n > limit:
-            out.append(f"`{r.get('id')}`: {n} tokens, max_tokens {limit}")
+            out.append(f"`{r.id}`: {n} tokens, max_tokens {limit}")
         elif finish == "length" and n != limit:
-            out.append(f"`{r.get('id')}`: stopped for length after {n} of {limit} tokens")
+            out.append(f"`{r.id}`: stopped for length after {n} of {limit} tokens")
     return out
 
 
 @dataclass(frozen=True)
-class Lengths(Rule):
+class Lengths(Kind):
     KEY = "lengths"
     UNIT = "arms"
     LAST = True  # reads the arms every other rule planned
@@ -60,7 +62,7 @@ class Lengths(Rule):
         sent = requests_for(sets.get(cfg["prompts"], []), cfg["max_tokens"], resumed=True)
         requests = {r["id"]: r for r in sent}
         found = problems(run, requests, cfg["max_tokens"])
-        values = {"replies": len(run.replies)}
+        values = {"replies": len(run.replies or [])}
         if not found:
             return CheckOutcome(True, values)
         more = f" (and {len(found) - SHOWN} more)" if len(found) > SHOWN else ""

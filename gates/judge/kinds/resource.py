@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gates.checks import resources
-from gates.judge.kinds.rule import Facts, Gate, Rule, Sets, Source, check_planned_arms
-from gates.planned import Arm, ArmCheck, Check, Plan
-from gates.results import ArmRun, CheckOutcome
+from gates.judge.checks import resources
+from gates.judge.kinds.kind import Facts, Kind
+from gates.judge.results import CheckOutcome
+from gates.plan.planned import Arm, ArmCheck, Check, Plan
+from gates.plan.rule import Gate, Sets, Source, check_planned_arms
+from gates.run.results import ArmRun
 
 # live_streams, waiting_streams: busy lanes and queued requests, reported by served arms only
 RESOURCE_LIMITS = (
@@ -21,7 +23,7 @@ RESOURCE_LIMITS = (
 
 
 @dataclass(frozen=True)
-class Resource(Rule):
+class Resource(Kind):
     KEY = "resource"
     UNIT = "arms"
     LAST = True  # checks the arms every other rule planned

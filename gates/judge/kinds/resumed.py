@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gates import prompts
-from gates.judge.kinds.rule import Gate, Rule, Sets, Source
-from gates.planned import Arm, Plan, canonical
+from gates.judge.kinds.kind import Kind
+from gates.plan import prompts
+from gates.plan.planned import Arm, Plan, canonical
+from gates.plan.rule import Gate, Sets, Source
 
 
 @dataclass(frozen=True)
-class Resumed(Rule):
+class Resumed(Kind):
     KEY = "resumed"
     BLAS = True
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gates.checks import schedule
-from gates.judge.kinds.rule import Asked, Facts, Gate, Rule, Sets, Source
-from gates.planned import Arm, ArmCheck, Check, Plan, canonical
-from gates.results import ArmRun, CheckOutcome
+from gates.judge.checks import schedule
+from gates.judge.kinds.kind import Facts, Kind
+from gates.judge.results import CheckOutcome
+from gates.plan.planned import Arm, ArmCheck, Check, Plan, canonical
+from gates.plan.rule import Asked, Gate, Sets, Source
+from gates.run.results import ArmRun
 
 SCHEDULE_METRICS = (
     "max_decode_gap_rounds",
@@ -24,27 +26,40 @@ SCHEDULE_METRICS = (
 SCHEDULE_OVERRIDES = ("prompts", "parallel", "share")
 
 
-def overrides(src: Source) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Override:
+    """A schedule rule's own arms: its prompt set, lanes and share, where the body names them."""
+
+    prompts: str | None = None
+    parallel: int | None = None
+    share: float | None = None
+
+    def axes(self) -> list[tuple[str, str | int]]:
+        """(axis, value) of the axes it replaces in a matrix point (share is no axis)."""
+        named = (("prompts", self.prompts), ("parallel", self.parallel))
+        return [(k, v) for k, v in named if v is not None]
+
+
+def overrides(src: Source) -> Override:
     """The body's prompts, parallel and share: the rule's own arms."""
-    out: dict[str, Any] = {}
-    for k in SCHEDULE_OVERRIDES:
-        if k in src.body:
-            out[k] = src.number(k, 1e-9) if k == "share" else src.value(k, k)
-    return out
+    body = src.body
+    return Override(
+        src.value("prompts", "prompts") if "prompts" in body else None,
+        src.value("parallel", "parallel") if "parallel" in body else None,
+        src.number("share", 1e-9) if "share" in body else None,
+    )
 
 
-def configs(plan: Plan, gate: Gate, override: dict[str, Any]) -> list[dict[str, Any]]:
+def configs(plan: Plan, gate: Gate, override: Override) -> list[dict[str, Any]]:
     """Each matching point's config with the rule's own prompt set, lanes and share."""
-    axes = {k: v for k, v in override.items() if k != "share"}
-    share = override.get("share")
     points = gate.points(plan)
     if not points:
         plan.nothing_matched(gate.name)
-    return [plan.config({**p, **axes}, share=share) for p in points]
+    return [plan.config({**p, **dict(override.axes())}, share=override.share) for p in points]
 
 
-def asked(override: dict[str, Any]) -> list[Asked]:
-    return [Asked(k, k, v) for k, v in override.items() if k != "share"]
+def asked(override: Override) -> list[Asked]:
+    return [Asked(k, k, v) for k, v in override.axes()]
 
 
 def background(arm: Arm, sets: Sets) -> frozenset[str]:
@@ -54,12 +69,12 @@ def background(arm: Arm, sets: Sets) -> frozenset[str]:
 
 
 @dataclass(frozen=True)
-class Schedule(Rule):
+class Schedule(Kind):
     KEY = "schedule"
     UNIT = "arms"
 
     budgets: dict[str, float] = field(default_factory=dict)  # metric -> max allowed
-    override: dict[str, Any] = field(default_factory=dict)  # prompts, parallel, share
+    override: Override = Override()  # prompts, parallel, share
 
     @classmethod
     def parse(cls, src: Source) -> Gate:

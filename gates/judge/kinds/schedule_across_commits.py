@@ -3,31 +3,33 @@ schedule trace is no worse than base's on each metric (by at most ``worse_by``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-from gates.axes import SIDES
-from gates.checks import schedule
-from gates.judge.kinds.rule import Asked, Gate, Rule, Sets, Source
+from gates.judge.checks import schedule
+from gates.judge.kinds.kind import Kind
 from gates.judge.kinds.schedule import (
     SCHEDULE_METRICS,
     SCHEDULE_OVERRIDES,
+    Override,
     asked,
     background,
     configs,
     overrides,
 )
-from gates.planned import Arm, Check, PairCheck, Plan, canonical
-from gates.results import ArmRun, CheckOutcome
+from gates.judge.results import CheckOutcome
+from gates.plan.axes import SIDES
+from gates.plan.planned import Arm, Check, PairCheck, Plan, canonical
+from gates.plan.rule import Asked, Gate, Sets, Source
+from gates.run.results import ArmRun
 
 
 @dataclass(frozen=True)
-class ScheduleAcrossCommits(Rule):
+class ScheduleAcrossCommits(Kind):
     KEY = "schedule_across_commits"
     UNIT = "arms"
     ACROSS = True
 
-    override: dict[str, Any] = field(default_factory=dict)  # prompts, parallel, share
+    override: Override = Override()  # prompts, parallel, share
     metrics: tuple[str, ...] = SCHEDULE_METRICS  # metrics head must not worsen
     worse_by: float = 0.0  # allowed increase of each metric
 

@@ -1,5 +1,5 @@
 """``served: {stream?, against?, parallel?, commits?}``: arms that drive ``engine serve``
-through the openai client (gates/served.py) reply as ``engine run`` of the same commit
+through the openai client (gates/run/served.py) reply as ``engine run`` of the same commit
 (offline), as the same served arm on base (main), or as one client at a time on one lane
 (solo)."""
 
@@ -8,16 +8,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gates.axes import SIDES
-from gates.judge.kinds.rule import Asked, Gate, Rule, Sets, Source
-from gates.planned import Arm, Plan, canonical
+from gates.judge.kinds.kind import Kind
+from gates.plan.axes import SIDES
+from gates.plan.planned import Arm, Plan, canonical
+from gates.plan.rule import Asked, Gate, Sets, Source
 
 SERVED_MODES = {True: "stream", False: "plain"}  # `stream:` of a served rule -> arm value
 SERVED_AGAINST = ("offline", "main", "solo")
 
 
 @dataclass(frozen=True)
-class Served(Rule):
+class Served(Kind):
     KEY = "served"
 
     modes: tuple[str, ...]  # "stream" and/or "plain" (the arms' API mode)

@@ -6,14 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gates.judge.kinds.rule import Asked, Facts, Gate, Rule, Sets, Source
-from gates.planned import Arm, Plan, canonical
+from gates.judge.kinds.kind import Facts, Kind
+from gates.plan.planned import Arm, Plan, canonical
+from gates.plan.rule import Asked, Gate, Sets, Source
 
 VARIES = ("kv", "parallel", "paging", "drafter", "flags", "backend")
 
 
 @dataclass(frozen=True)
-class WithinCommit(Rule):
+class WithinCommit(Kind):
     KEY = "within_commit"
     BLAS = True
 

@@ -1,0 +1,104 @@
+"""What travels to a worker with an arm: its commit as a git bundle, the fixtures it reads
+(model directories, a drafter's truth file) as archives, and the arm itself as plain data.
+
+Nothing assumes a shared filesystem: the runner puts each bundle and archive into the Ray
+object store once (``put``) and every task names it; a worker unpacks each once into its
+own cache (``gates/run/executors/worker.py``). A commit's bundle is made in a scratch bare
+repository that borrows the runner's objects (git alternates), so the user's refs are never
+touched, and a WORKTREE snapshot (a commit no ref names) travels like any commit.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gates.plan import hashes
+from gates.run.execute import ArmJob
+
+
+def bundle(git_dir: Path, sha: str) -> bytes:
+    """A git bundle of ``sha`` and its history, under the ref ``refs/gates/arm``."""
+    with tempfile.TemporaryDirectory(prefix="gates-bundle-") as d:
+        tmp = Path(d) / "repo.git"
+
+        def git(*args: str) -> None:
+            subprocess.run(["git", "--git-dir", str(tmp), *args], check=True, capture_output=True)
+
+        git("init", "-q", "--bare")
+        (tmp / "objects" / "info" / "alternates").write_text(str(git_dir / "objects") + "\n")
+        git("update-ref", "refs/gates/arm", sha)
+        git("bundle", "create", "-q", str(Path(d) / "b.bundle"), "refs/gates/arm")
+        return (Path(d) / "b.bundle").read_bytes()
+
+
+def archive(path: Path) -> bytes:
+    """A directory's files (or one file, as ``file_name(path)``) as an uncompressed tar."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        if path.is_file():
+            tar.add(path, arcname=file_name(path))
+        else:
+            for p in sorted(q for q in path.rglob("*") if q.is_file()):
+                if "__pycache__" not in p.parts:
+                    tar.add(p, arcname=str(p.relative_to(path)))
+    return buf.getvalue()
+
+
+def file_name(path: Path) -> str:
+    """A shipped file's name: its content names it (two files of one content are one asset),
+    so only the suffix is kept."""
+    return f"file{path.suffix}"
+
+
+@dataclass
+class Shipper:
+    """Puts each commit and fixture into the object store once; builds arm payloads."""
+
+    git_dir: Path  # the runner's git common dir (its objects/)
+    put: Callable[[bytes], Any]  # ray.put
+    _refs: dict[str, Any] = field(default_factory=dict)
+
+    def commit(self, sha: str) -> dict[str, Any]:
+        """The commit's descriptor: its SHA and the bundle's object ref, in a list so that
+        Ray hands the worker the ref, not the bytes (fetched only for a first checkout)."""
+        if sha not in self._refs:
+            self._refs[sha] = self.put(bundle(self.git_dir, sha))
+        return {"sha": sha, "bundle": [self._refs[sha]]}
+
+    def asset(self, path: Path) -> dict[str, Any]:
+        """A fixture's descriptor: content hash, name, whether a directory, archive ref."""
+        is_dir = path.is_dir()
+        digest = hashes.hash_dir(path) if is_dir else hashes.hash_file(path)
+        if digest not in self._refs:
+            self._refs[digest] = self.put(archive(path))
+        name = path.name if is_dir else file_name(path)
+        return {"hash": digest, "name": name, "dir": is_dir, "archive": [self._refs[digest]]}
+
+    def arg(self, a: str) -> str | dict[str, Any]:
+        """An engine argument; a runner path (a drafter model, a truth file) as an asset."""
+        p = Path(a)
+        return self.asset(p) if os.path.isabs(a) and p.exists() else a
+
+    def payload(self, job: ArmJob, sha: str, env_spec: list[str] | None) -> dict[str, Any]:
+        """The arm as data a worker can run anywhere (paths replaced by what they hold)."""
+        return {
+            "key": job.key,
+            "label": job.label,
+            "commit": self.commit(sha),
+            "config": job.config,
+            "model": self.asset(job.model),
+            "requests": job.requests,
+            "timeout": job.timeout,
+            "extra_args": [self.arg(a) for a in job.extra_args],
+            "trace": job.trace,
+            "served": bool(job.config.get("served")),
+            "env_spec": env_spec,
+        }
