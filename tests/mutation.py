@@ -28,6 +28,7 @@ COPY = ("engine", "gates", "tests", "fixtures", "matrices", "conftest.py", "pypr
 # file also holds end-to-end tests that would run for every mutant (tens of seconds each)
 UNITS = "tests/gates/test_gates_units.py::"
 SPEED = "tests/gates/test_speed.py::"
+VALIDATE = "tests/gates/test_gates_validate.py::"
 STORE = "tests/gates/test_store_"
 MODULES: dict[str, list[str]] = {
     "engine/lanes/policy.py": ["tests/engine/test_scheduler.py", "tests/engine/test_policy.py"],
@@ -48,9 +49,18 @@ MODULES: dict[str, list[str]] = {
     ],
     "gates/run/store.py": [STORE + "keys.py", STORE + "mutants.py"],
     "gates/plan/hashes.py": [STORE + "keys.py", STORE + "mutants.py"],
-    "gates/plan/matrix.py": [
+    "gates/plan/matrix.py": [  # test_gates_validate's receipt-size run (11 s) is left out
         "tests/gates/test_gates_matrix.py",
-        "tests/gates/test_gates_validate.py",
+        "tests/gates/test_matrix_edges.py",
+        *(
+            VALIDATE + t
+            for t in (
+                "test_values_no_engine_knows_are_bad_input",
+                "test_a_value_one_engine_knows_is_fine",
+                "test_an_axis_value_refused_on_both_commits_is_named",
+                "test_a_matrix_typo_is_exit_2_naming_file_and_key",
+            )
+        ),
     ],
     "gates/run/speed/stats.py": [  # test_speed's end-to-end runs (20-50 s each) are left out
         *(SPEED + t for t in ("test_clear_cpu_shift_is_slower", "test_faster_and_equivalent")),

@@ -1,9 +1,9 @@
 """The matrix's derived views at their edges: `exclude` patterns, the points they leave, the
 scalars an arm takes, the prompt sets gates ask for and the receipt's column axis.
 
-Written after a mutation run of gates/matrix.py (docs/testing.md) left every mutant of
-`_exclude`, `points`, `arm_keys`, `prompt_sets` and `column_axis` alive: the bundled
-matrices use none of these edges."""
+Written after a mutation run of gates/matrix.py (now gates/plan/matrix.py; docs/testing.md)
+left every mutant of `_exclude`, `points`, `arm_keys`, `prompt_sets` and `column_axis`
+alive: the bundled matrices use none of these edges."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gates import BadInput, matrix
+from gates import BadInput
+from gates.judge.kinds import KINDS
+from gates.plan import matrix
 
 GATE = "gates:\n  - name: g\n    across_commits: {}\n"
 
@@ -19,7 +21,7 @@ GATE = "gates:\n  - name: g\n    across_commits: {}\n"
 def load(tmp_path: Path, text: str) -> matrix.Matrix:
     p = tmp_path / "m.yaml"
     p.write_text(text)
-    return matrix.load(p)
+    return matrix.load(p, KINDS)
 
 
 def test_exclude_leaves_out_exactly_the_points_that_match_every_axis(tmp_path: Path) -> None:
