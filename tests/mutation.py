@@ -104,6 +104,19 @@ EQUIVALENT: dict[str, str] = {
     "engine.lanes.sampling.x_uniforms__mutmut_22": "astype(None) is astype(float64)",
     "engine.lanes.sampling.x_sample__mutmut_22": "astype(None) is astype(float64)",
     "engine.lanes.sampling.x_margin__mutmut_5": "numpy reads reshape(-2) as reshape(-1)",
+    **{
+        f"engine.lanes.sampling.x_logit_hashes__mutmut_{i}": """+'"'+same+'"'+"""
+        for i in (14, 15, 17, 18)
+    },
+    **{
+        f"engine.lanes.sampling.x__pool__mutmut_{i}": "the pool's size, not the hashes"
+        for i in (6, 11, 12, 13)
+    },
+    "engine.lanes.sampling.x_logit_hash__mutmut_18": "row_hash_words makes it float32",
+    "engine.lanes.sampling.x_logit_hash__mutmut_20": "row_hash_words makes it float32",
+    "engine.lanes.sampling.x_row_hash_words__mutmut_19": "uint64 arrays wrap without a warning",
+    "engine.lanes.sampling.x_row_hash_words__mutmut_38": "a uint64 sum is uint64 by default",
+    "engine.lanes.sampling.x_row_hash_words__mutmut_40": "a uint64 sum is uint64 by default",
     "engine.serve.openai.x_to_request__mutmut_98": "bool(get('stream', None)) is False too",
     "engine.serve.openai.x_to_request__mutmut_100": "bool(get('stream')) is False too",
     STATS + "x__unstable__mutmut_4": "no float MAD m makes 1.4826 * m exactly 0.05",

@@ -65,6 +65,7 @@ def test_logit_hashes_equal_one_by_one() -> None:
     assert logit_hashes(rows) == [logit_hash(r) for r in rows]
     assert logit_hashes([]) == []
     assert sampling._POOL is not None  # nine rows of 160 KB went to the pool
+    assert sampling._pool() is sampling._pool()  # one pool a process, not one a call
 
 
 def test_margin_equals_top2_of_a_partition() -> None:
