@@ -91,11 +91,8 @@ def rope_tables(config: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
         np.float32
     )
     pos = np.arange(config.max_position_embeddings, dtype=np.float32)
-    angles = pos[:, None] * inv_freq[None, :]
-    return (
-        np.cos(angles.astype(np.float64)).astype(np.float32),
-        np.sin(angles.astype(np.float64)).astype(np.float32),
-    )
+    angles = (pos[:, None] * inv_freq[None, :]).astype(np.float64)
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
 def _get(tensors: dict[str, np.ndarray], name: str) -> np.ndarray:
@@ -308,13 +305,12 @@ def graph_step(
     model: Qwen3, segments: list[Segment], kv: KVMemory, taps: tuple[int, ...] = ()
 ) -> list[SegmentOut] | None:
     """The forward of a step through the backend's captured graphs (`ops.run_graph`), or
-    None where it takes none: more rows than `ops.graph_rows`, a sparse MLP the graph
-    cannot take, a KV memory with no fixed-shape steps. The step runs at its row count
-    rounded up to the row tile (one graph per count and taps); padded rows touch no
-    stream's pages, and logits of every row are computed, those asked for kept (a row's
-    linear bits do not depend on its tile-mates). With taps (a drafter's rounds and prompt
-    steps) the hidden and tapped rows of every row come back, the logits only of the rows
-    asked for. The body is the eager forward's, so the bits are too."""
+    None where it takes none (more rows than `ops.graph_rows`, a sparse MLP it cannot take,
+    a KV memory with no fixed-shape steps). A step runs at its row count rounded up to the
+    row tile (a graph per count and taps); padded rows touch no stream's pages; logits of
+    every row are computed, those asked for kept (a row's bits do not depend on its
+    tile-mates); with taps, the hidden and tapped rows of every row come back. The body is
+    the eager forward's, so the bits are too."""
     ops, cfg = model.ops, model.config
     tile = ops.row_tile
     total = sum(len(s.tokens) for s in segments)
@@ -342,35 +338,24 @@ def graph_step(
         bounds.append(len(need))
         a += len(s.tokens)
     need_at = np.asarray(need, dtype=np.int64)
-    # with taps, the hidden and tapped rows of every row come back; logits only where asked
     take = (need_at, *(np.arange(total),) * (1 + len(taps))) if taps else need_at
     out = ops.run_graph(kv, step_key(model, rows, taps), {**inputs, **placed},
                         lambda owner, dev: _fixed_body(model, owner, dev, taps), take)  # fmt: skip
     if out is None:
         return None
-    lg, hid, *tapped = out
-    if taps:
-        outs, a = [], 0
-        for s, lo, hi in zip(segments, bounds[:-1], bounds[1:], strict=True):
-            outs.append(
-                SegmentOut(
-                    logits=lg[lo:hi] if hi > lo else None,
-                    hidden=hid[need_at[lo:hi]],
-                    taps={li: t[a : a + len(s.tokens)] for li, t in zip(taps, tapped, strict=True)},
-                    start=s.start,
-                )
+    lg, hid, *tapped = out  # with taps, hid holds every row; without, the rows asked for
+    outs, a = [], 0
+    for s, lo, hi in zip(segments, bounds[:-1], bounds[1:], strict=True):
+        outs.append(
+            SegmentOut(
+                logits=lg[lo:hi] if hi > lo else None,
+                hidden=hid[need_at[lo:hi]] if taps else hid[lo:hi],
+                taps={li: t[a : a + len(s.tokens)] for li, t in zip(taps, tapped, strict=True)},
+                start=s.start,
             )
-            a += len(s.tokens)
-        return outs
-    return [
-        SegmentOut(
-            logits=lg[lo:hi] if hi > lo else None,
-            hidden=hid[lo:hi],
-            taps={},
-            start=s.start,
         )
-        for s, lo, hi in zip(segments, bounds[:-1], bounds[1:], strict=True)
-    ]
+        a += len(s.tokens)
+    return outs
 
 
 def forward(
