@@ -56,25 +56,36 @@ def test_a_pattern_on_one_axis_excludes_across_the_others(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(
-    ("exclude", "key", "expected"),
+    ("exclude", "key", "expected", "got"),
     [
-        ("exclude: {kv: fp8}\n", "exclude", "a list of patterns"),
-        ("exclude: [fp8]\n", "exclude[0]", "a non-empty mapping of axis -> values"),
-        ("exclude: [{}]\n", "exclude[0]", "a non-empty mapping of axis -> values"),
-        ("exclude: [{kv: bf16}, {colour: red}]\n", "exclude[1].colour", "an axis (model, "),
-        ("exclude: [{kv: fp4}]\n", "exclude[0].kv", "a value of kv (bf16, fp8)"),
-        ("exclude: [{parallel: [1, 3]}]\n", "exclude[0].parallel", "a value of parallel (1, 2)"),
-        ("exclude: [{kv: []}]\n", "exclude[0].kv", "a non-empty list"),
+        ("exclude: {kv: fp8}\n", "exclude", "a list of patterns", "{'kv': 'fp8'}"),
+        ("exclude: [fp8]\n", "exclude[0]", "a non-empty mapping of axis -> values", "'fp8'"),
+        ("exclude: [{}]\n", "exclude[0]", "a non-empty mapping of axis -> values", "{}"),
+        (
+            "exclude: [{kv: bf16}, {colour: red}]\n",
+            "exclude[1].colour",
+            "an axis (model, ",
+            "'colour'",
+        ),
+        ("exclude: [{kv: fp4}]\n", "exclude[0].kv", "a value of kv (bf16, fp8)", "'fp4'"),
+        (
+            "exclude: [{parallel: [1, 3]}]\n",
+            "exclude[0].parallel",
+            "a value of parallel (1, 2)",
+            "3",
+        ),
+        ("exclude: [{kv: []}]\n", "exclude[0].kv", "a non-empty list", "[]"),
     ],
 )
 def test_a_bad_exclude_names_its_pattern_and_axis(
-    tmp_path: Path, exclude: str, key: str, expected: str
+    tmp_path: Path, exclude: str, key: str, expected: str, got: str
 ) -> None:
     text = "model: m\nprompts: p\naxes:\n  kv: [bf16, fp8]\n  parallel: [1, 2]\n" + exclude + GATE
     with pytest.raises(BadInput) as err:
         load(tmp_path, text)
     message = str(err.value)
     assert f"m.yaml: {key}: expected {expected}" in message, message
+    assert message.endswith(f", got {got}"), message
 
 
 def test_arm_keys_are_the_engine_knobs_that_are_set() -> None:
@@ -117,3 +128,57 @@ def test_the_column_axis_is_the_choice_else_the_first_that_varies(
     m = load(tmp_path, top + columns + f"axes:\n  {axes}\n" + GATE)
     assert m.column_axis() == want
     assert matrix.column_axis(m) == want
+
+
+def speed_of(tmp_path: Path, section: str) -> object:
+    return load(tmp_path, "model: m\nprompts: p\n" + GATE + section).speed
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "expected", "got"),
+    [
+        ("speed: 3\n", "speed", "a mapping", "3"),
+        ("speed: {colour: red}\n", "speed.colour", "one of parallel, prompt_tokens", "'colour'"),
+        ("speed: {blocks: 2.5}\n", "speed.blocks", "a int", "2.5"),
+        ("speed: {blocks: true}\n", "speed.blocks", "a int", "True"),
+        ("speed: {alpha: true}\n", "speed.alpha", "a float", "True"),
+        ("speed: {metrics: [joules]}\n", "speed.metrics", "a list of ", "['joules']"),
+        ("speed: {metrics: []}\n", "speed.metrics", "a list of ", "[]"),
+        ("speed: {parallel: [1, 0]}\n", "speed.parallel[1]", "a positive integer", "0"),
+        ("speed: {runs: 0}\n", "speed.runs", "at least 1", "0"),
+        ("speed: {blocks: 0}\n", "speed.blocks", "at least 1", "0"),
+        ("speed: {turn: 0}\n", "speed.turn", "at least 1", "0"),
+        ("speed: {budget_s: 0}\n", "speed.budget_s", "at least 1", "0"),
+        ("speed: {add_blocks: -1}\n", "speed.add_blocks", "at least 0", "-1"),
+        ("speed: {sample_per: run}\n", "speed.sample_per", "one of block, repeat", "'run'"),
+        ("speed: {alpha: 1}\n", "speed.alpha", "a fraction in [0, 1)", "1.0"),
+        ("speed: {delta: -0.1}\n", "speed.delta", "a fraction in [0, 1)", "-0.1"),
+        ("speed: {min_effect: 1.5}\n", "speed.min_effect", "a fraction in [0, 1)", "1.5"),
+        ("speed: {quantile: 0}\n", "speed.quantile", "a fraction in (0, 1)", "0.0"),
+        ("speed: {quantile: 1}\n", "speed.quantile", "a fraction in (0, 1)", "1.0"),
+    ],
+)
+def test_a_bad_speed_section_names_the_key(
+    tmp_path: Path, section: str, key: str, expected: str, got: str
+) -> None:
+    with pytest.raises(BadInput) as err:
+        speed_of(tmp_path, section)
+    message = str(err.value)
+    assert f"m.yaml: {key}: expected {expected}" in message, message
+    assert message.endswith(f", got {got}"), message
+
+
+def test_speed_defaults_and_the_older_keys(tmp_path: Path) -> None:
+    from gates.plan.speed import SpeedSpec
+
+    assert speed_of(tmp_path, "") is None
+    assert speed_of(tmp_path, "speed: {}\n") == SpeedSpec()
+    spec = speed_of(tmp_path, "speed: {runs: 5, max_ratio_drop: 0.1, alpha: 0}\n")
+    assert (spec.blocks, spec.delta, spec.alpha) == (3, 0.1, 0.0)  # ceil(5 / 2) blocks
+    assert isinstance(spec.alpha, float)
+    spec = speed_of(tmp_path, "speed: {runs: 5, blocks: 7, max_ratio_drop: 0.1, delta: 0.2}\n")
+    assert (spec.blocks, spec.delta) == (7, 0.2)  # the new keys win
+    spec = speed_of(tmp_path, "speed: {blocks: 50, max_blocks: 10, parallel: [4]}\n")
+    assert (spec.blocks, spec.max_blocks, spec.parallel) == (50, 50, (4,))
+    spec = speed_of(tmp_path, "speed: {runs: 1, quantile: 0.9, add_blocks: 0}\n")
+    assert (spec.blocks, spec.quantile, spec.add_blocks) == (1, 0.9, 0)
