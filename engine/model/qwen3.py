@@ -91,8 +91,9 @@ def rope_tables(config: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
         np.float32
     )
     pos = np.arange(config.max_position_embeddings, dtype=np.float32)
-    angles = (pos[:, None] * inv_freq[None, :]).astype(np.float64)
-    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    angles = pos[:, None] * inv_freq[None, :]
+    wide = angles.astype(np.float64)
+    return np.cos(wide).astype(np.float32), np.sin(wide).astype(np.float32)
 
 
 def _get(tensors: dict[str, np.ndarray], name: str) -> np.ndarray:
