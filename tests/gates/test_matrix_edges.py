@@ -182,3 +182,38 @@ def test_speed_defaults_and_the_older_keys(tmp_path: Path) -> None:
     assert (spec.blocks, spec.max_blocks, spec.parallel) == (50, 50, (4,))
     spec = speed_of(tmp_path, "speed: {runs: 1, quantile: 0.9, add_blocks: 0}\n")
     assert (spec.blocks, spec.quantile, spec.add_blocks) == (1, 0.9, 0)
+
+
+@pytest.mark.parametrize(
+    ("line", "key", "expected", "got"),
+    [
+        ("share: 0\n", "share", "a number > 0", "0.0"),
+        ("share: -1.5\n", "share", "a number > 0", "-1.5"),
+        ("share: many\n", "share", "a number > 0", "'many'"),
+        ("share: true\n", "share", "a number > 0", "True"),
+        ("pages: 0\n", "pages", "a positive integer", "0"),
+        ("context: -3\n", "context", "a positive integer", "-3"),
+        ("step_rows: 1.5\n", "step_rows", "a int", "1.5"),
+        ("max_tokens: true\n", "max_tokens", "a int", "True"),
+        ("columns: colour\n", "columns", "an axis (model, ", "'colour'"),
+        ("columns: 3\n", "columns", "a str", "3"),
+    ],
+)
+def test_a_bad_scalar_names_its_key(
+    tmp_path: Path, line: str, key: str, expected: str, got: str
+) -> None:
+    with pytest.raises(BadInput) as err:
+        load(tmp_path, "model: m\nprompts: p\n" + line + GATE)
+    message = str(err.value)
+    assert f"m.yaml: {key}: expected {expected}" in message, message
+    assert message.endswith(f", got {got}"), message
+
+
+def test_scalars_take_their_defaults_and_edges(tmp_path: Path) -> None:
+    m = load(tmp_path, "model: m\nprompts: p\n" + GATE)
+    assert m.scalars == matrix.Scalars()
+    m = load(tmp_path, "model: m\nprompts: p\nshare: 2\npages: 1\nstep_rows: 1\n" + GATE)
+    assert (m.scalars.share, m.scalars.pages, m.scalars.step_rows) == (2.0, 1, 1)
+    assert isinstance(m.scalars.share, float)
+    m = load(tmp_path, "model: m\nprompts: p\nshare: 0.25\ncolumns: parallel\n" + GATE)
+    assert (m.scalars.share, m.scalars.columns) == (0.25, "parallel")
