@@ -217,3 +217,20 @@ def test_scalars_take_their_defaults_and_edges(tmp_path: Path) -> None:
     assert isinstance(m.scalars.share, float)
     m = load(tmp_path, "model: m\nprompts: p\nshare: 0.25\ncolumns: parallel\n" + GATE)
     assert (m.scalars.share, m.scalars.columns) == (0.25, "parallel")
+
+
+@pytest.mark.parametrize(
+    ("axes", "key", "expected", "got"),
+    [
+        ("axes: [kv]\n", "axes", "a mapping of axis -> list of values", "['kv']"),
+        ("axes: {colour: [red]}\n", "axes.colour", "an axis (model, backend, ", "'colour'"),
+    ],
+)
+def test_a_bad_axes_section_names_the_axis(
+    tmp_path: Path, axes: str, key: str, expected: str, got: str
+) -> None:
+    with pytest.raises(BadInput) as err:
+        load(tmp_path, "model: m\nprompts: p\n" + axes + GATE)
+    message = str(err.value)
+    assert f"m.yaml: {key}: expected {expected}" in message, message
+    assert message.endswith(f", got {got}"), message
