@@ -24,6 +24,16 @@ def load(tmp_path: Path, text: str) -> matrix.Matrix:
     return matrix.load(p, KINDS)
 
 
+def refused(tmp_path: Path, text: str, key: str, expected: str, got: str) -> None:
+    """Loading `text` fails with one line naming the file, the key, what was expected and
+    what was given."""
+    with pytest.raises(BadInput) as err:
+        load(tmp_path, text)
+    message = str(err.value)
+    assert f"m.yaml: {key}: expected {expected}" in message, message
+    assert message.endswith(f", got {got}"), message
+
+
 def test_exclude_leaves_out_exactly_the_points_that_match_every_axis(tmp_path: Path) -> None:
     m = load(
         tmp_path,
@@ -81,11 +91,7 @@ def test_a_bad_exclude_names_its_pattern_and_axis(
     tmp_path: Path, exclude: str, key: str, expected: str, got: str
 ) -> None:
     text = "model: m\nprompts: p\naxes:\n  kv: [bf16, fp8]\n  parallel: [1, 2]\n" + exclude + GATE
-    with pytest.raises(BadInput) as err:
-        load(tmp_path, text)
-    message = str(err.value)
-    assert f"m.yaml: {key}: expected {expected}" in message, message
-    assert message.endswith(f", got {got}"), message
+    refused(tmp_path, text, key, expected, got)
 
 
 def test_arm_keys_are_the_engine_knobs_that_are_set() -> None:
@@ -161,11 +167,7 @@ def speed_of(tmp_path: Path, section: str) -> object:
 def test_a_bad_speed_section_names_the_key(
     tmp_path: Path, section: str, key: str, expected: str, got: str
 ) -> None:
-    with pytest.raises(BadInput) as err:
-        speed_of(tmp_path, section)
-    message = str(err.value)
-    assert f"m.yaml: {key}: expected {expected}" in message, message
-    assert message.endswith(f", got {got}"), message
+    refused(tmp_path, "model: m\nprompts: p\n" + GATE + section, key, expected, got)
 
 
 def test_speed_defaults_and_the_older_keys(tmp_path: Path) -> None:
@@ -202,11 +204,7 @@ def test_speed_defaults_and_the_older_keys(tmp_path: Path) -> None:
 def test_a_bad_scalar_names_its_key(
     tmp_path: Path, line: str, key: str, expected: str, got: str
 ) -> None:
-    with pytest.raises(BadInput) as err:
-        load(tmp_path, "model: m\nprompts: p\n" + line + GATE)
-    message = str(err.value)
-    assert f"m.yaml: {key}: expected {expected}" in message, message
-    assert message.endswith(f", got {got}"), message
+    refused(tmp_path, "model: m\nprompts: p\n" + line + GATE, key, expected, got)
 
 
 def test_scalars_take_their_defaults_and_edges(tmp_path: Path) -> None:
@@ -229,8 +227,4 @@ def test_scalars_take_their_defaults_and_edges(tmp_path: Path) -> None:
 def test_a_bad_axes_section_names_the_axis(
     tmp_path: Path, axes: str, key: str, expected: str, got: str
 ) -> None:
-    with pytest.raises(BadInput) as err:
-        load(tmp_path, "model: m\nprompts: p\n" + axes + GATE)
-    message = str(err.value)
-    assert f"m.yaml: {key}: expected {expected}" in message, message
-    assert message.endswith(f", got {got}"), message
+    refused(tmp_path, "model: m\nprompts: p\n" + axes + GATE, key, expected, got)
