@@ -228,3 +228,60 @@ def test_a_bad_axes_section_names_the_axis(
     tmp_path: Path, axes: str, key: str, expected: str, got: str
 ) -> None:
     refused(tmp_path, "model: m\nprompts: p\n" + axes + GATE, key, expected, got)
+
+
+def test_name_description_and_drafter_models(tmp_path: Path) -> None:
+    m = load(tmp_path, "model: m\nprompts: p\n" + GATE)
+    assert (m.name, m.description, m.drafter_models) == ("m", "", {})  # the file's stem
+    m = load(
+        tmp_path,
+        "name: nightly\ndescription: every arm\nmodel: m\nprompts: p\n"
+        "drafter_models: {block: fixtures/models/tiny-qwen3-block}\n" + GATE,
+    )
+    assert (m.name, m.description) == ("nightly", "every arm")
+    assert m.drafter_models == {"block": "fixtures/models/tiny-qwen3-block"}
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "expected", "got"),
+    [
+        ("model: m\nprompts: p\ngates: {}\n", "gates", "a non-empty list of gates", "{}"),
+        ("model: m\nprompts: p\ngates: []\n", "gates", "a non-empty list of gates", "[]"),
+        (
+            "model: m\nprompts: p\n" + GATE + "  - name: g\n    across_commits: {}\n",
+            "gates[1].name",
+            "a name not used by another gate",
+            "'g'",
+        ),
+        (
+            "model: m\nprompts: p\ndrafter_models: {block: 3}\n" + GATE,
+            "drafter_models",
+            "a mapping of drafter name -> directory",
+            "{'block': 3}",
+        ),
+        (
+            "model: m\nprompts: p\ndrafter_models: {block: ''}\n" + GATE,
+            "drafter_models",
+            "a mapping of drafter name -> directory",
+            "{'block': ''}",
+        ),
+    ],
+)
+def test_bad_gates_and_drafter_models_name_what_was_given(
+    tmp_path: Path, text: str, key: str, expected: str, got: str
+) -> None:
+    refused(tmp_path, text, key, expected, got)
+
+
+def test_an_unreadable_or_broken_file_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(BadInput) as err:
+        matrix.load(tmp_path / "missing.yaml", KINDS)
+    assert (
+        str(err.value)
+        == f"{tmp_path / 'missing.yaml'}: cannot read matrix: No such file or directory"
+    )
+    with pytest.raises(BadInput) as err:
+        load(tmp_path, "model: m\nprompts: [p\n")
+    message = str(err.value)
+    assert message.startswith(f"{tmp_path / 'm.yaml'}: not valid YAML (line 3, column 1): ")
+    assert "\n" not in message
