@@ -105,6 +105,19 @@ EQUIVALENT: dict[str, str] = {
     "engine.lanes.sampling.x_sample__mutmut_22": "astype(None) is astype(float64)",
     "engine.lanes.sampling.x_margin__mutmut_5": "numpy reads reshape(-2) as reshape(-1)",
     **{
+        f"gates.plan.matrix.xǁMatrixǁpoints__mutmut_{i}": "a point has one value per axis"
+        for i in (7, 10, 11)
+    },
+    **{
+        f"gates.plan.matrix.x__speed__mutmut_{i}": "SpeedSpec.from_json reads only its fields"
+        for i in (130, 133, 134, 135, 138, 139)
+    },
+    "gates.plan.matrix.x__speed__mutmut_203": "max_blocks == blocks: set to itself",
+    **{
+        f"gates.plan.matrix.x_load__mutmut_{i}": "str of a missing description is '' either way"
+        for i in (59, 61, 121)
+    },
+    **{
         f"engine.lanes.sampling.x_logit_hashes__mutmut_{i}": """+'"'+same+'"'+"""
         for i in (14, 15, 17, 18)
     },

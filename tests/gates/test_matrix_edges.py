@@ -285,3 +285,38 @@ def test_an_unreadable_or_broken_file_is_one_line(tmp_path: Path) -> None:
     message = str(err.value)
     assert message.startswith(f"{tmp_path / 'm.yaml'}: not valid YAML (line 3, column 1): ")
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "expected", "got"),
+    [
+        ("[1, 2]\n", "(top level)", "a mapping", "[1, 2]"),
+        ("model: m\nprompts: p\nbogus: 1\n" + GATE, "bogus", "one of axes, backend, ", "'bogus'"),
+        (
+            "model: m\nprompts: p\naxes: {model: [n]}\n" + GATE,
+            "axes.model",
+            "model either at the top level or in axes",
+            "['n']",
+        ),
+        (
+            "model: m\nprompts: p\naxes: {kv: bf16}\n" + GATE,
+            "axes.kv",
+            "a list of values",
+            "'bf16'",
+        ),
+        ("model: m\nprompts: p\nparallel: 0\n" + GATE, "parallel", "a positive integer", "0"),
+    ],
+)
+def test_top_level_and_axis_refusals_name_what_was_given(
+    tmp_path: Path, text: str, key: str, expected: str, got: str
+) -> None:
+    refused(tmp_path, text, key, expected, got)
+
+
+def test_a_yaml_error_says_why(tmp_path: Path) -> None:
+    with pytest.raises(BadInput) as err:
+        load(tmp_path, "model: m\nprompts: [p\n")
+    assert str(err.value).endswith("): expected ',' or ']', but got '<stream end>'")
+    with pytest.raises(BadInput) as err:  # an error with no position: its first line
+        load(tmp_path, "model: m\n\tprompts: p\n")
+    assert "not valid YAML" in str(err.value) and "\n" not in str(err.value)
