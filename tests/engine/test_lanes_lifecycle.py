@@ -393,9 +393,7 @@ def test_second_turn_reuses_the_first_turns_pages() -> None:
     before = e.stats["prefill_tokens"]
     opened = []
     plan_open = e.plan.open
-    e.plan.open = lambda rows, prompt, keys=None: (
-        opened.append(plan_open(rows, prompt, keys)) or opened[-1]
-    )
+    e.plan.open = lambda *args: opened.append(plan_open(*args)) or opened[-1]
     t2 = e.submit(Request("t2", prompt2, max_tokens=8, ignore_eos=True))
     e.run()
     assert opened[0].reused_rows == 32  # the full pages of turn 1's 46 written rows
