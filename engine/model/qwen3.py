@@ -13,6 +13,7 @@ import numpy as np
 
 from engine.errors import InputError
 from engine.model.config import ModelConfig
+from engine.model.graph_shape import padded_rows, step_rows
 from engine.ops.base import Array, KVMemory, KVSegment, Ops
 from engine.ops.moe import MoeWeights
 
@@ -72,16 +73,8 @@ class Qwen3:
         """The backend's KV memory: `pages` pages of `page_rows` rows, and `lanes` lanes of
         up to `lane_rows` rows each (0: as many rows as the pages hold)."""
         c = self.config
-        return self.ops.new_kv(
-            c.num_layers,
-            pages,
-            page_rows,
-            c.num_kv_heads,
-            c.head_dim,
-            kind,
-            lanes,
-            lane_rows or pages * page_rows,
-        )
+        shape = (c.num_layers, pages, page_rows, c.num_kv_heads, c.head_dim)
+        return self.ops.new_kv(*shape, kind, lanes, lane_rows or pages * page_rows)
 
 
 def rope_tables(config: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -294,36 +287,38 @@ def _fixed_body(
         return lambda q, k, v: kv.store_attend_fixed(li, dev, q, k, v)
 
     final, tapped = _trunk(model, dev["ids"], dev["cos"], dev["sin"], attend_at, taps)
-    return (model.ops.linear(final, model.lm_head), final, *(tapped[li] for li in taps))
+    picked = final[dev["need"]]  # the rows whose logits are asked for (padded to a tile)
+    logits = model.ops.linear(picked, model.lm_head)
+    return (logits, final if taps else picked, *(tapped[li] for li in taps))
 
 
-def step_key(model: Qwen3, rows: int, taps: tuple[int, ...] = ()) -> tuple:
-    """The key of a step's graph in the backend (`ops.run_graph`, `ops.step_graph`)."""
-    return ("step", id(model), rows, taps)
+def step_key(model: Qwen3, rows: int, taps: tuple[int, ...] = (), logit_rows: int = 0) -> tuple:
+    """The key of a step's graph in the backend (`ops.run_graph`, `ops.step_graph`);
+    logit_rows: its rows of logits (0: one row tile)."""
+    return ("step", id(model), rows, logit_rows or model.ops.row_tile, taps)
 
 
 def graph_step(
     model: Qwen3, segments: list[Segment], kv: KVMemory, taps: tuple[int, ...] = ()
 ) -> list[SegmentOut] | None:
-    """The forward of a step through the backend's captured graphs (`ops.run_graph`), or
-    None where it takes none (more rows than `ops.graph_rows`, a sparse MLP it cannot take,
-    a KV memory with no fixed-shape steps). A step runs at its row count rounded up to the
-    row tile (a graph per count and taps); padded rows touch no stream's pages; logits of
-    every row are computed, those asked for kept (a row's bits do not depend on its
-    tile-mates); with taps, the hidden and tapped rows of every row come back. The body is
-    the eager forward's, so the bits are too."""
+    """The forward of a step through the backend's captured graphs (`ops.run_graph`), or None
+    where it takes none (too many rows, a sparse MLP it cannot take, a KV memory with no
+    fixed-shape steps). Shapes: graph_shape.py; padded rows touch no stream's pages; a row's
+    bits do not depend on its tile-mates; with taps, every row's hidden and tapped rows come
+    back. The body is the eager forward's, so the bits are too."""
     ops, cfg = model.ops, model.config
     tile = ops.row_tile
     total = sum(len(s.tokens) for s in segments)
-    rows = max(1, -(-total // tile)) * tile
-    if not segments or not ops.graph_rows or rows > max(tile, ops.graph_rows):
+    rows = step_rows(total, tile, ops.graph_rows)
+    if not segments or rows is None:
         return None
     if any(lay.moe is not None and not ops.moe_in_graph(lay.moe) for lay in model.layers):
         return None
     if any(s.start + len(s.tokens) > cfg.max_position_embeddings for s in segments):
         return None  # the eager forward says what is wrong
-    kvsegs = [KVSegment(s.lane, s.pages, s.start, len(s.tokens)) for s in segments]
-    placed = kv.fixed_rows(kvsegs, rows)
+    placed = kv.fixed_rows(
+        [KVSegment(s.lane, s.pages, s.start, len(s.tokens)) for s in segments], rows
+    )
     if placed is None:
         return None
     ids = np.zeros(rows, dtype=np.int64)
@@ -339,8 +334,11 @@ def graph_step(
         bounds.append(len(need))
         a += len(s.tokens)
     need_at = np.asarray(need, dtype=np.int64)
-    take = (need_at, *(np.arange(total),) * (1 + len(taps))) if taps else need_at
-    out = ops.run_graph(kv, step_key(model, rows, taps), {**inputs, **placed},
+    inputs["need"] = padded_rows(need_at, tile)
+    got = np.arange(len(need))
+    take = (got, *(np.arange(total),) * (1 + len(taps))) if taps else got
+    key = step_key(model, rows, taps, len(inputs["need"]))
+    out = ops.run_graph(kv, key, {**inputs, **placed},
                         lambda owner, dev: _fixed_body(model, owner, dev, taps), take)  # fmt: skip
     if out is None:
         return None

@@ -27,6 +27,24 @@ __device__ __forceinline__ float group_sum(float* red, int t, int D, float v) {
     return out;
 }
 
+// The groups' (max, sum, output) merged in group order; out[at + t] and its bf16 bits.
+template <int D>
+__device__ __forceinline__ void attend_finish(const float* ms, const float* ls, const float* accs,
+                                              int t, float* out, unsigned short* outb,
+                                              long long at) {
+    float big = ms[0];
+    for (int k = 1; k < ATT_NG; ++k) big = fmaxf(big, ms[k]);
+    float total = 0.0f, sum = 0.0f;
+    for (int k = 0; k < ATT_NG; ++k) {  // a group with no keys has m = -inf: weight 0
+        const float w = expf(ms[k] - big);
+        total = total + ls[k] * w;
+        sum = sum + accs[k * D + t] * w;
+    }
+    const float o = sum / total;
+    out[at + t] = o;
+    if (outb) outb[at + t] = f32_to_bf16(o);  // the o GEMM's input
+}
+
 // Causal attention of q [n, Hq, D] over keys stored in pages, one block per (row, q head) of
 // ATT_NG groups of D threads (D = head_dim, a template parameter: 32, 64, 128 or 256, so the
 // loops over a lane's dims unroll and a warp issues the loads of G keys before it sums any:
@@ -39,29 +57,37 @@ __device__ __forceinline__ float group_sum(float* red, int t, int D, float v) {
 // interleaved partial sums, merged by a fixed tree). At the end the groups' (max, sum,
 // output) merge in group order. Every order depends on last[r] and D alone, never on other
 // rows; no atomics, nothing split across blocks.
-template <int KIND, int D>
+//
+// SPLIT: the same work with each group in its own block (blockIdx.z = g, D threads), for
+// launches of few (row, head) pairs, which would leave most SMs idle; a group writes its
+// (max, sum, output) to part[] and attend_merge merges them in group order with the same
+// float operations as the end of this kernel. The two forms give the same bits.
+template <int KIND, int D, bool SPLIT>
 __device__ void attend_paged(const float* q, const void* kc, const void* vc,
                              const signed char* ke, const signed char* ve, const int* ptab,
                              const int* poff, const int* last_pos, float* out,
-                             unsigned short* outb, int hq, int hkv, int page_rows, float scale) {
+                             unsigned short* outb, int hq, int hkv, int page_rows, float scale,
+                             float* part) {
     extern __shared__ float sh[];
-    constexpr int per = D / 32, nwarps = D / 32, GD = ATT_NG * D;
+    constexpr int NGB = SPLIT ? 1 : ATT_NG;  // groups in this block
+    constexpr int per = D / 32, nwarps = D / 32, GD = NGB * D;
     // keys scored at once by one warp: all their loads are issued before the first sum
     constexpr int G = per <= 4 ? 2 * ATT_G : ATT_G;
-    const int g = threadIdx.x / D, t = threadIdx.x % D;
+    const int gb = threadIdx.x / D, t = threadIdx.x % D;  // gb: the group's slot in this block
+    const int g = SPLIT ? (int)blockIdx.z : gb;             // g: which chunks it takes
     const int lane = t & 31, warp = t >> 5;
     float* qs = sh;
-    float* ps = sh + D + g * D;
-    float* red = sh + D + GD + g * D;
-    float* kex = sh + D + 2 * GD + g * D;
-    float* vex = sh + D + 3 * GD + g * D;
-    int* rows = (int*)(sh + D + 4 * GD) + g * D;  // (slot * hkv + kv head) of the chunk's keys
+    float* ps = sh + D + gb * D;
+    float* red = sh + D + GD + gb * D;
+    float* kex = sh + D + 2 * GD + gb * D;
+    float* vex = sh + D + 3 * GD + gb * D;
+    int* rows = (int*)(sh + D + 4 * GD) + gb * D;  // (slot * hkv + kv head) of the chunk's keys
     float* ms = sh + D + 5 * GD;
     float* ls = ms + ATT_NG;
     const int r = blockIdx.x, h = blockIdx.y, kvh = h / (hq / hkv);
     const int* pages = ptab + poff[r];
     const int last = last_pos[r];
-    if (g == 0) qs[t] = q[((long long)r * hq + h) * D + t] * scale;
+    if (gb == 0) qs[t] = q[((long long)r * hq + h) * D + t] * scale;
     float m = NEG_INF, l = 0.0f, acc = 0.0f;
     const int nchunks = last / D + 1;
     for (int it = 0; it * ATT_NG < nchunks; ++it) {
@@ -145,44 +171,54 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         }
         __syncthreads();
     }
+    if (SPLIT) {  // part[(r, h)]: ATT_NG maxima, ATT_NG sums, then ATT_NG outputs of D
+        float* p = part + ((long long)r * hq + h) * ATT_NG * (D + 2);
+        if (t == 0) {
+            p[g] = m;
+            p[ATT_NG + g] = l;
+        }
+        p[2 * ATT_NG + g * D + t] = acc;
+        return;
+    }
     if (t == 0) {
         ms[g] = m;
         ls[g] = l;
     }
     sh[D + g * D + t] = acc;  // the groups' outputs, over their ps[] (no longer read)
     __syncthreads();
-    if (g == 0) {
-        float big = ms[0];
-        for (int k = 1; k < ATT_NG; ++k) big = fmaxf(big, ms[k]);
-        float total = 0.0f, sum = 0.0f;
-        for (int k = 0; k < ATT_NG; ++k) {  // a group with no keys has m = -inf: weight 0
-            const float w = expf(ms[k] - big);
-            total = total + ls[k] * w;
-            sum = sum + sh[D + k * D + t] * w;
-        }
-        const float o = sum / total;
-        out[((long long)r * hq + h) * D + t] = o;
-        if (outb) outb[((long long)r * hq + h) * D + t] = f32_to_bf16(o);  // the o GEMM's input
-    }
+    if (g == 0) attend_finish<D>(ms, ls, sh + D, t, out, outb, ((long long)r * hq + h) * D);
 }
+
 
 extern "C" {
 
 #define ATTEND_ARGS                                                                    \
     const float *q, const void *kc, const void *vc, const signed char *ke,             \
         const signed char *ve, const int *ptab, const int *poff, const int *last_pos,  \
-        float *out, unsigned short *outb, int hq, int hkv, int page_rows, float scale
-#define ATTEND_PASS q, kc, vc, ke, ve, ptab, poff, last_pos, out, outb, hq, hkv, page_rows, scale
-// one kernel per code kind and head_dim (32, 64, 128, 256): attend_<kind>_<D>
+        float *out, unsigned short *outb, int hq, int hkv, int page_rows, float scale, \
+        float *part
+#define ATTEND_PASS \
+    q, kc, vc, ke, ve, ptab, poff, last_pos, out, outb, hq, hkv, page_rows, scale, part
+// per code kind and head_dim (32, 64, 128, 256): attend_<kind>_<D> (one block per row and
+// head) and attend_<kind>_<D>_split (one per row, head and group; then attend_merge_<D>)
 // (launch bounds: at D = 256 a block has 1024 threads, which caps a thread at 64 registers)
-#define ATTEND_KERNEL(NAME, KIND, D)                                     \
-    __global__ void __launch_bounds__(ATT_NG * D) NAME##_##D(ATTEND_ARGS) { \
-        attend_paged<KIND, D>(ATTEND_PASS);                              \
+#define ATTEND_KERNEL(NAME, KIND, D)                                          \
+    __global__ void __launch_bounds__(ATT_NG * D) NAME##_##D(ATTEND_ARGS) {      \
+        attend_paged<KIND, D, false>(ATTEND_PASS);                            \
+    }                                                                         \
+    __global__ void __launch_bounds__(D) NAME##_##D##_split(ATTEND_ARGS) {       \
+        attend_paged<KIND, D, true>(ATTEND_PASS);                             \
     }
-#define ATTEND_KERNELS(D)                     \
-    ATTEND_KERNEL(attend_f32, KIND_F32, D)   \
-    ATTEND_KERNEL(attend_bf16, KIND_BF16, D) \
-    ATTEND_KERNEL(attend_fp8, KIND_FP8, D)
+#define ATTEND_KERNELS(D)                                                            \
+    ATTEND_KERNEL(attend_f32, KIND_F32, D)                                          \
+    ATTEND_KERNEL(attend_bf16, KIND_BF16, D)                                        \
+    ATTEND_KERNEL(attend_fp8, KIND_FP8, D)                                          \
+    __global__ void __launch_bounds__(D)                                            \
+        attend_merge_##D(const float* part, float* out, unsigned short* outb, int hq) { \
+        const float* p = part + ((long long)blockIdx.x * hq + blockIdx.y) * ATT_NG * (D + 2); \
+        attend_finish<D>(p, p + ATT_NG, p + 2 * ATT_NG, threadIdx.x, out, outb,      \
+                         ((long long)blockIdx.x * hq + blockIdx.y) * D);             \
+    }
 ATTEND_KERNELS(32)
 ATTEND_KERNELS(64)
 ATTEND_KERNELS(128)

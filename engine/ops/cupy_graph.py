@@ -10,8 +10,8 @@ kernels of the eager body, so its bits are the eager bits (tests/engine/test_cup
 
 Graphs are kept per owner in a weak map: they go when the owner goes (its device arrays
 are what the captured kernels point at), and no graph holds the owner. Every buffer the
-capture allocates is kept for the graph's lifetime: memory freed after capture could be
-handed out again and overwritten by a replay.
+capture allocates stays the graph's for its lifetime (a pool of its own): memory handed out
+again after capture would be overwritten by a replay.
 """
 
 from __future__ import annotations
@@ -73,25 +73,22 @@ class StepGraph:
         self.buffer.set(self.staging, stream=self.stream)
 
     def capture(self, owner: Any) -> None:
-        pool = cp.get_default_memory_pool()
-        keep: list[Any] = []
-
-        def alloc(size: int) -> Any:
-            mem = pool.malloc(size)
-            keep.append(mem)
-            return mem
-
+        """Warm, then capture the body. The capture allocates from a memory pool of the
+        graph's own, kept for the graph's life and never used again: a buffer freed during
+        the capture is reused by a later kernel of the same capture (one stream: the replay
+        runs them in order), so a graph holds its body's peak, not the sum of its buffers."""
+        own = cp.cuda.MemoryPool()
         with self.stream:
             self.body(owner, self.dev)  # warm: cuBLAS follows this stream, kernels are loaded
             self.stream.synchronize()
-            cp.cuda.set_allocator(alloc)
+            cp.cuda.set_allocator(own.malloc)
             try:
                 self.stream.begin_capture()
                 self.out = self.body(owner, self.dev)
                 self.graph = self.stream.end_capture()
             finally:
-                cp.cuda.set_allocator(pool.malloc)
-        self.keep = keep
+                cp.cuda.set_allocator(cp.get_default_memory_pool().malloc)
+        self.keep = [own]
 
     def rows_to_host(self, take: np.ndarray | tuple[np.ndarray, ...]) -> tuple[Any, ...]:
         """Rows `take` of each output (take[i] of output i, where a tuple), gathered and

@@ -27,7 +27,8 @@ import ml_dtypes
 import numpy as np
 
 from engine.errors import EngineFailure
-from engine.ops import cupy_moe
+from engine.ops import cupy_attention, cupy_moe
+from engine.ops.cupy_attention import ATTEND_HEAD_DIMS
 from engine.ops.cupy_blas import Cublas
 from engine.ops.cupy_graph import Body, StepGraph, StepGraphs
 from engine.ops.cupy_info import device_info
@@ -37,7 +38,6 @@ from engine.ops.cupy_options import CupyOptions
 
 F32 = cp.float32
 _SOURCES = ("cupy_kernels.cu", "cupy_attend.cu", "cupy_moe.cu")  # one module, in this order
-ATTEND_HEAD_DIMS = (32, 64, 128, 256)  # attend_<kind>_<D> in cupy_kernels.cu
 
 
 @dataclass
@@ -104,10 +104,12 @@ class CupyOps:
             )
         }  # fmt: skip
         self.attend_k = {
-            (kind, d): self.module.get_function(f"attend_{kind}_{d}")
+            (kind, d, split): self.module.get_function(f"attend_{kind}_{d}{split}")
             for kind in KINDS
             for d in ATTEND_HEAD_DIMS
+            for split in ("", "_split")
         }
+        self.merge_k = {d: self.module.get_function(f"attend_merge_{d}") for d in ATTEND_HEAD_DIMS}
         self.blas = Cublas()
         # provenance: GPU, NVIDIA driver, CUDA driver API and runtime, cuBLAS, CuPy
         self.info = device_info(self.blas.version)
@@ -319,26 +321,8 @@ class CupyOps:
     # ---- attention ------------------------------------------------------------------
     def attend(self, kind: str, q: Any, kc: Any, vc: Any, ke: Any, ve: Any, meta: Any) -> Any:
         """q [n, Hq, D] over codes [slots, Hkv, D] through meta = (ptab, poff, last,
-        page_rows) device arrays; see attend_paged in cupy_kernels.cu."""
-        q = cp.ascontiguousarray(q, dtype=F32)
-        n, hq, d = q.shape
-        hkv = kc.shape[-2]
-        if d not in ATTEND_HEAD_DIMS:
-            raise EngineFailure(f"cupy attention: head_dim {d} is not one of {ATTEND_HEAD_DIMS}")
-        ptab, poff, last, page_rows = meta
-        flat = cp.empty((n, hq * d), dtype=F32)  # [n, Hq * D]: the o projection's input
-        out = flat.reshape(n, hq, d)
-        if n:
-            ke = ke if ke is not None else poff  # unread unless fp8
-            ve = ve if ve is not None else poff
-            outb = _ptr(self._bf16_out(flat))  # its bf16 bits too: no conversion launch
-            sizes = (np.int32(hq), np.int32(hkv), np.int32(page_rows))
-            args = (q, kc, vc, ke, ve, ptab, poff, last, out, outb, *sizes)
-            args = (*args, np.float32(1.0 / np.sqrt(d)))
-            ng = 4  # ATT_NG in cupy_kernels.cu
-            shared = (d + 5 * ng * d + 2 * ng) * 4
-            self.attend_k[kind, d]((n, hq), (d * ng,), args, shared_mem=shared)
-        return out
+        page_rows) device arrays; see cupy_attention.attend."""
+        return cupy_attention.attend(self, kind, q, kc, vc, ke, ve, meta)
 
     def attention(self, q: Any, k: Any, v: Any, q_pos: np.ndarray) -> Any:
         """Causal attention of q [n, Hq, D] at absolute positions q_pos over contiguous

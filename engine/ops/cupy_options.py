@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from engine.errors import InputError
 
-MAX_GRAPH_ROWS = 64  # the engine's default prompt step; steps of more rows run eagerly
+MAX_GRAPH_ROWS = 512  # steps of more rows run eagerly (shapes: engine/model/graph_shape.py)
 
 
 @dataclass(frozen=True)
@@ -24,17 +24,23 @@ class CupyOptions:
     row_tile: int = 8
     graphs: bool = True
     graph_rows: int = MAX_GRAPH_ROWS
+    # attention launches of fewer (row, head) pairs than this run one block per key group
+    # and a merge (more SMs at work; the same bits: see attend_paged); 0: never
+    attend_split: int = 512
 
     def __post_init__(self) -> None:
         if self.row_tile < 1:
             raise InputError(f"ENGINE_CUPY_ROW_TILE: must be >= 1, got {self.row_tile}")
         if self.graph_rows < 0:
             raise InputError(f"cupy options: graph_rows must be >= 0, got {self.graph_rows}")
+        if self.attend_split < 0:
+            raise InputError(f"ENGINE_CUPY_ATTEND_SPLIT: must be >= 0, got {self.attend_split}")
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> CupyOptions:
         """ENGINE_CUPY_ROW_TILE (a positive integer, default 8) and ENGINE_CUPY_GRAPHS
-        (1 or 0, default 1); a bad value is one InputError naming the variable."""
+        (1 or 0, default 1), ENGINE_CUPY_ATTEND_SPLIT and ENGINE_CUPY_GRAPH_ROWS (integers
+        >= 0, default 512 each); a bad value is one InputError naming the variable."""
         env = os.environ if environ is None else environ
         tile = env.get("ENGINE_CUPY_ROW_TILE", "8").strip()
         if not tile.isdigit() or int(tile) < 1:
@@ -42,4 +48,10 @@ class CupyOptions:
         graphs = env.get("ENGINE_CUPY_GRAPHS", "1").strip()
         if graphs not in ("0", "1"):
             raise InputError(f"ENGINE_CUPY_GRAPHS: '{graphs}' is not 0 or 1")
-        return cls(row_tile=int(tile), graphs=graphs == "1")
+        ints = {}
+        for name, field in (("ATTEND_SPLIT", "attend_split"), ("GRAPH_ROWS", "graph_rows")):
+            got = env.get(f"ENGINE_CUPY_{name}", str(getattr(cls, field))).strip()
+            if not got.isdigit():
+                raise InputError(f"ENGINE_CUPY_{name}: '{got}' is not an integer >= 0")
+            ints[field] = int(got)
+        return cls(row_tile=int(tile), graphs=graphs == "1", **ints)

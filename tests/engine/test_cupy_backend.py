@@ -220,12 +220,14 @@ def test_graph_decode_equals_eager(tmp_path, monkeypatch, spec) -> None:  # type
     for kind in ("bf16", "fp8"):
         kvs = [model.new_kv(24, 16, kind, lanes=3, lane_rows=128) for _ in range(2)]
         lanes = [[8 * i + j for j in range(8)] for i in range(3)]
-        for i, n in enumerate((5, 17, 40)):  # prompt steps: graphs of 8, 24 and 40 rows
-            seg = Segment(rng.integers(0, 512, n), 0, lanes[i], np.asarray([n - 1]), lane=i)
+        # prompt steps: graphs of 8, 24 and 128 rows (13 tiles round up to 16), logits of
+        # one row, of two rows not at the end, of the last row
+        for i, (n, want) in enumerate(((5, [4]), (17, [3, 16]), (100, [99]))):
+            seg = Segment(rng.integers(0, 512, n), 0, lanes[i], np.asarray(want), lane=i)
             (eager,), (graph,) = eager_and_graph([seg], kvs)
             assert eager.logits.tobytes() == graph.logits.tobytes()
             assert eager.hidden.tobytes() == graph.hidden.tobytes()
-        starts = [5, 17, 40]
+        starts = [5, 17, 100]
         for step in range(4):
             live = [0] if step == 0 else [0, 1, 2]
             segs = [
@@ -325,3 +327,57 @@ def test_engine_with_graph_decode_equals_eager(monkeypatch) -> None:  # type: ig
         got = run_requests(model, reqs, context=320, parallel=run[0], kv=run[1])
         assert got == eager[run], f"parallel {run[0]} kv {run[1]}: graph != eager"
     assert hits and max(hits) > 1
+
+
+@pytest.mark.parametrize("kind", ["f32", "bf16", "fp8"])
+def test_attention_split_into_group_blocks_keeps_the_bits(ops, monkeypatch, kind) -> None:  # type: ignore[no-untyped-def]
+    """A launch of few (row, head) pairs runs one block per key group and a merge: bit for bit
+    the one-block-per-(row, head) kernel's output, on paged codes, over 1-4 key chunks."""
+    import dataclasses
+
+    import cupy as cp
+
+    rng = np.random.default_rng(11)
+    for d, n in ((64, 1), (128, 3), (128, 8), (256, 2)):
+        pages, page_rows, hq, hkv = 40, 16, 4, 2
+        shape = (pages * page_rows, hkv, d)
+        ke = ve = None
+        if kind == "f32":
+            kc, vc = (cp.asarray(rng.standard_normal(shape).astype(np.float32)) for _ in "kv")
+        elif kind == "bf16":  # finite bf16 bits: sign, exponent 120..134, any mantissa
+            kc, vc = (
+                cp.asarray(
+                    (
+                        (rng.integers(0, 2, shape) << 15)
+                        | (rng.integers(120, 135, shape) << 7)
+                        | rng.integers(0, 128, shape)
+                    ).astype(np.uint16)
+                )
+                for _ in "kv"
+            )
+        else:  # e4m3 codes (no NaN: exponent field < 15) and a power-of-two exponent per row
+            kc, vc = (
+                cp.asarray(
+                    (
+                        (rng.integers(0, 2, shape) << 7)
+                        | (rng.integers(0, 15, shape) << 3)
+                        | rng.integers(0, 8, shape)
+                    ).astype(np.uint8)
+                )
+                for _ in "kv"
+            )
+            ke, ve = (cp.asarray(rng.integers(-3, 4, shape[:2]).astype(np.int8)) for _ in "kv")
+        ptab = cp.asarray(rng.permutation(pages).astype(np.int32))  # every row: the same stream
+        last = rng.integers(0, min(4 * d, pages * page_rows), n).astype(np.int32)
+        last[0] = min(4 * d, pages * page_rows) - 1
+        meta = (ptab, cp.zeros(n, dtype=cp.int32), cp.asarray(last), page_rows)
+        q = cp.asarray(rng.standard_normal((n, hq, d)).astype(np.float32))
+        got = {}
+        for split in (0, 10**6):
+            monkeypatch.setattr(
+                ops, "options", dataclasses.replace(ops.options, attend_split=split)
+            )
+            out = ops.attend(kind, q, kc, vc, ke, ve, meta)
+            twin = ops._bf16[1]  # the bf16 bits attention wrote for the o projection
+            got[split] = (ops.to_numpy(out).tobytes(), ops.to_numpy(twin).tobytes())
+        assert got[0] == got[10**6], (d, n)

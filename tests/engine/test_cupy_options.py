@@ -14,6 +14,10 @@ def test_defaults_and_values_from_the_environment() -> None:
     got = CupyOptions.from_environ({"ENGINE_CUPY_ROW_TILE": "16", "ENGINE_CUPY_GRAPHS": "0"})
     assert got == CupyOptions(row_tile=16, graphs=False)
     assert CupyOptions.from_environ({"ENGINE_CUPY_GRAPHS": "1"}).graphs is True
+    assert CupyOptions.from_environ({}).attend_split == 512
+    assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_SPLIT": "0"}).attend_split == 0
+    assert CupyOptions.from_environ({}).graph_rows == 512
+    assert CupyOptions.from_environ({"ENGINE_CUPY_GRAPH_ROWS": "64"}).graph_rows == 64
 
 
 @pytest.mark.parametrize(
@@ -22,6 +26,9 @@ def test_defaults_and_values_from_the_environment() -> None:
         ({"ENGINE_CUPY_ROW_TILE": "0"}, "ENGINE_CUPY_ROW_TILE"),
         ({"ENGINE_CUPY_ROW_TILE": "eight"}, "ENGINE_CUPY_ROW_TILE"),
         ({"ENGINE_CUPY_GRAPHS": "yes"}, "ENGINE_CUPY_GRAPHS"),
+        ({"ENGINE_CUPY_ATTEND_SPLIT": "-1"}, "ENGINE_CUPY_ATTEND_SPLIT"),
+        ({"ENGINE_CUPY_ATTEND_SPLIT": "many"}, "ENGINE_CUPY_ATTEND_SPLIT"),
+        ({"ENGINE_CUPY_GRAPH_ROWS": "-8"}, "ENGINE_CUPY_GRAPH_ROWS"),
     ],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], name: str) -> None:

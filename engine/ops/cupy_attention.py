@@ -1,0 +1,51 @@
+"""Launching the paged attention kernels (cupy_attend.cu) for CupyOps.attend.
+
+A launch of few (row, head) pairs leaves most SMs idle with one block per pair, so below
+`options.attend_split` pairs each key group gets its own block and a merge kernel combines
+the groups in group order with the same float operations: the same bits either way
+(tests/engine/test_cupy_backend.py), so the choice may depend on the launch's shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cupy as cp
+import numpy as np
+
+from engine.errors import EngineFailure
+
+ATTEND_HEAD_DIMS = (32, 64, 128, 256)  # attend_<kind>_<D> in cupy_attend.cu
+GROUPS = 4  # ATT_NG in cupy_kernels.cu
+NULL = np.uint64(0)
+
+
+def attend(ops: Any, kind: str, q: Any, kc: Any, vc: Any, ke: Any, ve: Any, meta: Any) -> Any:
+    """q [n, Hq, D] over codes [slots, Hkv, D] through meta = (ptab, poff, last,
+    page_rows) device arrays; the output [n, Hq, D] float32, and its bf16 bits for the o
+    projection (ops._bf16_out)."""
+    q = cp.ascontiguousarray(q, dtype=cp.float32)
+    n, hq, d = q.shape
+    hkv = kc.shape[-2]
+    if d not in ATTEND_HEAD_DIMS:
+        raise EngineFailure(f"cupy attention: head_dim {d} is not one of {ATTEND_HEAD_DIMS}")
+    ptab, poff, last, page_rows = meta
+    flat = cp.empty((n, hq * d), dtype=cp.float32)  # [n, Hq * D]: the o projection's input
+    out = flat.reshape(n, hq, d)
+    if not n:
+        return out
+    ke = ke if ke is not None else poff  # unread unless fp8
+    ve = ve if ve is not None else poff
+    twin = ops._bf16_out(flat)  # its bf16 bits too: no conversion launch
+    outb = twin if twin is not None else NULL
+    sizes = (np.int32(hq), np.int32(hkv), np.int32(page_rows), np.float32(1.0 / np.sqrt(d)))
+    args = (q, kc, vc, ke, ve, ptab, poff, last, out, outb, *sizes)
+    if n * hq < ops.options.attend_split:  # one block per group, then the merge
+        part = cp.empty(n * hq * GROUPS * (d + 2), dtype=cp.float32)
+        shared = (6 * d + 2 * GROUPS) * 4
+        ops.attend_k[kind, d, "_split"]((n, hq, GROUPS), (d,), (*args, part), shared_mem=shared)
+        ops.merge_k[d]((n, hq), (d,), (part, out, outb, np.int32(hq)))
+    else:
+        shared = (d + 5 * GROUPS * d + 2 * GROUPS) * 4
+        ops.attend_k[kind, d, ""]((n, hq), (d * GROUPS,), (*args, NULL), shared_mem=shared)
+    return out
