@@ -12,7 +12,10 @@ from dataclasses import dataclass
 
 from engine.errors import InputError
 
-MAX_GRAPH_ROWS = 512  # steps of more rows run eagerly (shapes: engine/model/graph_shape.py)
+# steps of more rows run eagerly (shapes: engine/model/graph_shape.py); 512-row graphs measured
+# no prefill gain on the H200 (docs/cupy.md: a long step is GPU-bound, not launch-bound) and
+# cost a capture and memory per shape, so the default stays at a decode or verify step's size
+MAX_GRAPH_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ class CupyOptions:
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> CupyOptions:
         """ENGINE_CUPY_ROW_TILE (a positive integer, default 8) and ENGINE_CUPY_GRAPHS
         (1 or 0, default 1), ENGINE_CUPY_ATTEND_SPLIT and ENGINE_CUPY_GRAPH_ROWS (integers
-        >= 0, default 512 each); a bad value is one InputError naming the variable."""
+        >= 0, default 512 and 64); a bad value is one InputError naming the variable."""
         env = os.environ if environ is None else environ
         tile = env.get("ENGINE_CUPY_ROW_TILE", "8").strip()
         if not tile.isdigit() or int(tile) < 1:

@@ -16,8 +16,8 @@ def test_defaults_and_values_from_the_environment() -> None:
     assert CupyOptions.from_environ({"ENGINE_CUPY_GRAPHS": "1"}).graphs is True
     assert CupyOptions.from_environ({}).attend_split == 512
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_SPLIT": "0"}).attend_split == 0
-    assert CupyOptions.from_environ({}).graph_rows == 512
-    assert CupyOptions.from_environ({"ENGINE_CUPY_GRAPH_ROWS": "64"}).graph_rows == 64
+    assert CupyOptions.from_environ({}).graph_rows == 64
+    assert CupyOptions.from_environ({"ENGINE_CUPY_GRAPH_ROWS": "512"}).graph_rows == 512
 
 
 @pytest.mark.parametrize(
