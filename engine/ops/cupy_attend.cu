@@ -45,6 +45,21 @@ __device__ __forceinline__ void attend_finish(const float* ms, const float* ls, 
     if (outb) outb[at + t] = f32_to_bf16(o);  // the o GEMM's input
 }
 
+// 16 bytes global -> shared without registers (cp.async, sm_80+), then wait for all of them.
+__device__ __forceinline__ void copy16_async(void* smem, const void* gmem) {
+    const unsigned dst = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
+}
+
+__device__ __forceinline__ void copies_done() {
+    asm volatile("cp.async.commit_group;\n" ::);
+    asm volatile("cp.async.wait_group 0;\n" ::);
+}
+
+// bytes of one stored code: f32, bf16, fp8 (e4m3)
+template <int KIND>
+__host__ __device__ constexpr int code_bytes() { return KIND == KIND_F32 ? 4 : KIND == KIND_BF16 ? 2 : 1; }
+
 // Causal attention of q [n, Hq, D] over keys stored in pages, one block per (row, q head) of
 // ATT_NG groups of D threads (D = head_dim, a template parameter: 32, 64, 128 or 256, so the
 // loops over a lane's dims unroll and a warp issues the loads of G keys before it sums any:
@@ -61,7 +76,10 @@ __device__ __forceinline__ void attend_finish(const float* ms, const float* ls, 
 // SPLIT: the same work with each group in its own block (blockIdx.z = g, D threads), for
 // launches of few (row, head) pairs, which would leave most SMs idle; a group writes its
 // (max, sum, output) to part[] and attend_merge merges them in group order with the same
-// float operations as the end of this kernel. The two forms give the same bits.
+// float operations as the end of this kernel. The two forms give the same bits. At D <= 128
+// the split form first copies a chunk's K and V codes into shared memory (cp.async, all in
+// flight at once) and reads them there: the same values in the same order, one wait on
+// memory a chunk instead of one per few keys.
 template <int KIND, int D, bool SPLIT>
 __device__ void attend_paged(const float* q, const void* kc, const void* vc,
                              const signed char* ke, const signed char* ve, const int* ptab,
@@ -84,6 +102,13 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
     int* rows = (int*)(sh + D + 4 * GD) + gb * D;  // (slot * hkv + kv head) of the chunk's keys
     float* ms = sh + D + 5 * GD;
     float* ls = ms + ATT_NG;
+    // STAGE: the chunk's codes, K then V, D rows of D codes each, after the floats above
+    constexpr bool STAGE = SPLIT && D <= 128;
+    constexpr int VPR = D * code_bytes<KIND>() / 16;  // 16-byte pieces of one key's codes
+    uint4* kst = (uint4*)(ls + ATT_NG);
+    uint4* vst = kst + D * VPR;
+    const void* kread = STAGE ? (const void*)kst : kc;
+    const void* vread = STAGE ? (const void*)vst : vc;
     const int r = blockIdx.x, h = blockIdx.y, kvh = h / (hq / hkv);
     const int* pages = ptab + poff[r];
     const int last = last_pos[r];
@@ -103,6 +128,17 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
             }
         }
         __syncthreads();
+        if (STAGE && live) {  // the same for the whole block: its barrier is block-wide
+            const int cn = min(D, last - c0 + 1);
+            for (int e = t; e < cn * VPR; e += D) {
+                const int key = e / VPR;
+                const long long src = (long long)rows[key] * VPR + (e - key * VPR);
+                copy16_async(kst + e, (const uint4*)kc + src);
+                copy16_async(vst + e, (const uint4*)vc + src);
+            }
+            copies_done();
+            __syncthreads();
+        }
         if (live) {
             float qr[per];
 #pragma unroll
@@ -113,10 +149,12 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
                 for (int gg = 0; gg < G; ++gg) {
                     const int jj = jb + gg * nwarps;
                     if (jj < D && c0 + jj <= last) {
-                        const long long base = (long long)rows[jj] * D + lane * per;
+                        const long long base = (STAGE ? (long long)jj : (long long)rows[jj]) * D
+                                               + lane * per;
                         const float ex = KIND == KIND_FP8 ? kex[jj] : 0.0f;
 #pragma unroll
-                        for (int i = 0; i < per; ++i) kv[gg][i] = load_code<KIND>(kc, base + i, ex);
+                        for (int i = 0; i < per; ++i)
+                            kv[gg][i] = load_code<KIND>(kread, base + i, ex);
                     } else {
 #pragma unroll
                         for (int i = 0; i < per; ++i) kv[gg][i] = 0.0f;
@@ -155,7 +193,8 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
                 for (int gg = 0; gg < ATT_GV; ++gg) {
                     const int jj = jb + gg;
                     const float ex = KIND == KIND_FP8 && jj < cn ? vex[jj] : 0.0f;
-                    vals[gg] = jj < cn ? load_code<KIND>(vc, (long long)rows[jj] * D + t, ex) : 0.0f;
+                    const long long at = (STAGE ? (long long)jj : (long long)rows[jj]) * D + t;
+                    vals[gg] = jj < cn ? load_code<KIND>(vread, at, ex) : 0.0f;
                 }
 #pragma unroll
                 for (int gg = 0; gg < ATT_GV; ++gg)

@@ -27,7 +27,7 @@ import ml_dtypes
 import numpy as np
 
 from engine.errors import EngineFailure
-from engine.ops import cupy_attention, cupy_moe
+from engine.ops import cupy_attention, cupy_gemm, cupy_moe
 from engine.ops.cupy_attention import ATTEND_HEAD_DIMS
 from engine.ops.cupy_blas import Cublas
 from engine.ops.cupy_graph import Body, StepGraph, StepGraphs
@@ -37,7 +37,8 @@ from engine.ops.cupy_lanes import CupyLanes
 from engine.ops.cupy_options import CupyOptions
 
 F32 = cp.float32
-_SOURCES = ("cupy_kernels.cu", "cupy_attend.cu", "cupy_moe.cu")  # one module, in this order
+# one module, in this order
+_SOURCES = ("cupy_kernels.cu", "cupy_attend.cu", "cupy_moe.cu", "cupy_gemm.cu")
 
 
 @dataclass
@@ -100,7 +101,7 @@ class CupyOps:
             for n in (
                 "to_bf16", "rms_norm", "add_rms_norm", "rope", "silu_mul", "kv_store",
                 "kv_store2", "qk_norm_rope", "expert_gemv", "moe_route", "moe_gate_up",
-                "moe_down",
+                "moe_down", *cupy_gemm.KERNELS,
             )
         }  # fmt: skip
         self.attend_k = {
@@ -110,6 +111,7 @@ class CupyOps:
             for split in ("", "_split")
         }
         self.merge_k = {d: self.module.get_function(f"attend_merge_{d}") for d in ATTEND_HEAD_DIMS}
+        cupy_attention.allow_shared(self.attend_k)
         self.blas = Cublas()
         # provenance: GPU, NVIDIA driver, CUDA driver API and runtime, cuBLAS, CuPy
         self.info = device_info(self.blas.version)
@@ -128,12 +130,16 @@ class CupyOps:
         w = np.ascontiguousarray(np.asarray(w_out_in, dtype=np.float32))
         bits = w.astype(ml_dtypes.bfloat16).view(np.uint16)
         weight = CupyWeight(cp.asarray(bits), k=w.shape[1], n=w.shape[0])
-        if self.probe:
+        if self.probe and not self._own_gemm(weight):
             weight.batch = self.blas.steady_batch(
                 weight.data.data.ptr, weight.n, weight.k, self.row_tile, BATCH_TILES
             )
+        if self.probe:
             self.probe_linear(weight)
         return weight
+
+    def _own_gemm(self, w: CupyWeight) -> bool:
+        return self.options.gemm == "own" and cupy_gemm.fits(w.k)
 
     def _bf16_out(self, y: Any) -> Any:
         """The bf16 twin of a 2-D output y that a kernel is about to write (rows padded to
@@ -177,6 +183,8 @@ class CupyOps:
             self.k["to_bf16"](
                 _blocks(padded * k), (256,), (x, xb, np.int64(m * k), np.int64(padded * k))
             )
+        if self._own_gemm(w):
+            return cupy_gemm.gemm(self, xb, m, w)
         y = cp.empty((padded, w.n), dtype=F32)
         xs, ys = k * 2, w.n * 4  # bytes per row
         for i in range(0, padded, t * w.batch):

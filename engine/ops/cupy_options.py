@@ -16,6 +16,7 @@ from engine.errors import InputError
 # no prefill gain on the H200 (docs/cupy.md: a long step is GPU-bound, not launch-bound) and
 # cost a capture and memory per shape, so the default stays at a decode or verify step's size
 MAX_GRAPH_ROWS = 64
+GEMMS = ("cublas", "own")
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ class CupyOptions:
     # attention launches of fewer (row, head) pairs than this run one block per key group
     # and a merge (more SMs at work; the same bits: see attend_paged); 0: never
     attend_split: int = 512
+    # which GEMM runs the linear layers: "cublas" (at the fixed row tile) or "own"
+    # (cupy_gemm.cu: a warp per output, any row count); another summation, other bits
+    gemm: str = "cublas"
 
     def __post_init__(self) -> None:
         if self.row_tile < 1:
@@ -38,12 +42,15 @@ class CupyOptions:
             raise InputError(f"cupy options: graph_rows must be >= 0, got {self.graph_rows}")
         if self.attend_split < 0:
             raise InputError(f"ENGINE_CUPY_ATTEND_SPLIT: must be >= 0, got {self.attend_split}")
+        if self.gemm not in GEMMS:
+            raise InputError(f"ENGINE_CUPY_GEMM: '{self.gemm}' is not one of {', '.join(GEMMS)}")
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> CupyOptions:
         """ENGINE_CUPY_ROW_TILE (a positive integer, default 8) and ENGINE_CUPY_GRAPHS
         (1 or 0, default 1), ENGINE_CUPY_ATTEND_SPLIT and ENGINE_CUPY_GRAPH_ROWS (integers
-        >= 0, default 512 and 64); a bad value is one InputError naming the variable."""
+        >= 0, default 512 and 64), ENGINE_CUPY_GEMM (cublas or own, default cublas); a bad
+        value is one InputError naming the variable."""
         env = os.environ if environ is None else environ
         tile = env.get("ENGINE_CUPY_ROW_TILE", "8").strip()
         if not tile.isdigit() or int(tile) < 1:
@@ -57,4 +64,5 @@ class CupyOptions:
             if not got.isdigit():
                 raise InputError(f"ENGINE_CUPY_{name}: '{got}' is not an integer >= 0")
             ints[field] = int(got)
-        return cls(row_tile=int(tile), graphs=graphs == "1", **ints)
+        gemm = env.get("ENGINE_CUPY_GEMM", cls.gemm).strip()
+        return cls(row_tile=int(tile), graphs=graphs == "1", gemm=gemm, **ints)

@@ -18,6 +18,8 @@ def test_defaults_and_values_from_the_environment() -> None:
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_SPLIT": "0"}).attend_split == 0
     assert CupyOptions.from_environ({}).graph_rows == 64
     assert CupyOptions.from_environ({"ENGINE_CUPY_GRAPH_ROWS": "512"}).graph_rows == 512
+    assert CupyOptions.from_environ({}).gemm == "cublas"
+    assert CupyOptions.from_environ({"ENGINE_CUPY_GEMM": "own"}).gemm == "own"
 
 
 @pytest.mark.parametrize(
@@ -29,6 +31,8 @@ def test_defaults_and_values_from_the_environment() -> None:
         ({"ENGINE_CUPY_ATTEND_SPLIT": "-1"}, "ENGINE_CUPY_ATTEND_SPLIT"),
         ({"ENGINE_CUPY_ATTEND_SPLIT": "many"}, "ENGINE_CUPY_ATTEND_SPLIT"),
         ({"ENGINE_CUPY_GRAPH_ROWS": "-8"}, "ENGINE_CUPY_GRAPH_ROWS"),
+        ({"ENGINE_CUPY_GEMM": "cutlass"}, "ENGINE_CUPY_GEMM"),
+        ({"ENGINE_CUPY_GEMM": ""}, "ENGINE_CUPY_GEMM"),
     ],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], name: str) -> None:
