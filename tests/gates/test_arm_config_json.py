@@ -1,0 +1,70 @@
+"""An arm's config keeps its JSON bytes: the result store's keys hash them and the manifest
+writes them, so a typed config must write exactly what the dicts did.
+
+``arm_configs.json`` was written by the code before arm configs were typed (``python
+tests/gates/test_arm_config_json.py`` writes it again): for every arm of every matrix in
+matrices/, by its side and label, a hash (sha256, 12 digits) of each of: its canonical
+JSON (the plan's identity of an arm, the shard groups), its config as the manifest
+writes it, the manifest's row, the store key of that config, its engine flags and its
+plain twin's canonical JSON. The test asserts the code of now reproduces them byte for
+byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+from gates.judge.kinds import KINDS
+from gates.plan.inputs import load_inputs
+from gates.run import store
+from gates.run.arms import row_of, truth_of
+from gates.run.contract import engine_args
+
+REPO = Path(__file__).resolve().parents[2]
+SNAPSHOT = Path(__file__).with_name("arm_configs.json")
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def arms_json(name: str) -> list[str]:
+    """Each arm of matrix ``name`` as its config's JSON travels, one line an arm."""
+    out = []
+    for arm in load_inputs(REPO, name, KINDS).the_plan.arms:
+        row = row_of(arm).to_json()
+        twin = truth_of(arm)
+        parts = {
+            "config_json": arm.config_json,
+            "manifest": json.dumps(row["config"]),
+            "row": json.dumps(row, indent=1),
+            "store_key": store.arm_key("tree", row["config"], "req", {}, "fp", {}),
+            "engine_args": json.dumps(engine_args(arm.config)),
+            "twin": twin.config_json if twin is not None else "",
+        }
+        out.append(
+            f"{arm.side}: {arm.name} | " + " ".join(f"{k}={sha(v)}" for k, v in parts.items())
+        )
+    return out
+
+
+def snapshot() -> dict[str, list[str]]:
+    return {p.stem: arms_json(p.stem) for p in sorted((REPO / "matrices").glob("*.yaml"))}
+
+
+def test_every_arm_config_writes_the_json_it_wrote_before() -> None:
+    want = json.loads(SNAPSHOT.read_text())
+    got = snapshot()
+    assert sorted(got) == sorted(want) and all(want.values())
+    for name in want:
+        assert len(got[name]) == len(want[name]), name
+        for g, w in zip(got[name], want[name], strict=True):
+            assert g == w, name
+
+
+if __name__ == "__main__":
+    SNAPSHOT.write_text(json.dumps(snapshot(), indent=1) + "\n")
+    print(f"wrote {SNAPSHOT}", file=sys.stderr)
