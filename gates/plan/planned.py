@@ -12,16 +12,18 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from gates.plan.arm_config import ArmConfig
+
 
 @dataclass(frozen=True)
 class Arm:
     side: str
-    config_json: str  # canonical JSON of the config
+    config_json: str  # canonical JSON of the config (ArmConfig.canonical)
     name: str = field(default="", compare=False)  # label without the matrix's constant axes
 
     @property
-    def config(self) -> dict[str, Any]:
-        return json.loads(self.config_json)
+    def config(self) -> ArmConfig:
+        return ArmConfig.from_json(json.loads(self.config_json))
 
     @property
     def id(self) -> str:
@@ -76,7 +78,7 @@ class Plan:
     pairs: list[PairCheck] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # rules that matched nothing, and why
 
-    hide: dict[str, Any] = field(default_factory=dict)  # axis -> its one value, not shown
+    hide: dict[str, str] = field(default_factory=dict)  # axis -> its one value, not shown
 
     def add(self, arm: Arm) -> Arm:
         if arm not in self.arms:
@@ -98,26 +100,32 @@ class Plan:
         a, b = self.add(a), self.add(b)
         self.pairs.append(PairCheck(gate, self.column(b.config), a, b))
 
-    def config(self, point: dict[str, Any], **variant: Any) -> dict[str, Any]:
+    def config(
+        self,
+        point: dict[str, Any],
+        serial: bool = False,
+        resumed: bool = False,
+        share: float | None = None,
+    ) -> ArmConfig:
         """An arm's config: the point, the matrix's scalars, ``serial``, ``resumed`` and
-        ``share`` (``variant``)."""
+        ``share``."""
         c = {**point, **self.arm_keys}
         if c["drafter"] in self.drafter_models:
             c["drafter_model"] = self.drafter_models[c["drafter"]]
-        if variant.get("share") is not None:
-            c["share"] = variant["share"]
-        c["serial"] = bool(variant.get("serial", False))
-        c["resumed"] = bool(variant.get("resumed", False))
+        if share is not None:
+            c["share"] = share
+        c["serial"] = bool(serial)
+        c["resumed"] = bool(resumed)
         if c["serial"]:
             c["parallel"] = 1
-        return c
+        return ArmConfig.from_json(c)
 
-    def column(self, point: dict[str, Any]) -> str:
+    def column(self, at: dict[str, Any] | ArmConfig) -> str:
         """The receipt column of a point (or an arm's config)."""
         axis = self.column_axis
         if axis is None:
             return ""
-        v = point[axis]
+        v = at.value(axis) if isinstance(at, ArmConfig) else at[axis]
         return json.dumps(v, sort_keys=True) if isinstance(v, dict) else str(v)
 
     def points(self, where: dict[str, list[Any]], across: bool, blas: str) -> list[dict[str, Any]]:
@@ -133,11 +141,7 @@ class Plan:
         self.notes.append(f"{gate}: no matrix point matches this rule{why}")
 
 
-def canonical(config: dict[str, Any]) -> str:
-    return json.dumps(config, sort_keys=True, separators=(",", ":"))
-
-
-def label(c: dict[str, Any], hide: dict[str, Any] | None = None) -> str:
+def label(c: ArmConfig, hide: dict[str, str] | None = None) -> str:
     """A short readable name of a config, unique within a matrix.
 
     ``hide``: axes with one value in the matrix (model, backend, prompts), left out
@@ -145,28 +149,31 @@ def label(c: dict[str, Any], hide: dict[str, Any] | None = None) -> str:
     hide = hide or {}
 
     def shown(k: str) -> bool:
-        return k not in hide or c[k] != hide[k]
+        return k not in hide or c.value(k) != hide[k]
 
     parts = []
     if shown("model"):
-        parts.append(str(c["model"]).rstrip("/").rsplit("/", 1)[-1])
-    parts += [str(c[k]) for k in ("prompts", "backend") if shown(k)]
-    parts.append(f"kv={c['kv']}")
-    parts.append("serial" if c.get("serial") else f"p={c['parallel']}")
-    parts.append(f"paging={c['paging']}")
-    if c["drafter"] != "none":
-        parts.append(f"drafter={c['drafter']}")
-    if c.get("served"):
-        parts.append(f"served={c['served']}")
-    if c.get("share") is not None:
-        parts.append(f"share={c['share']:g}")
-    parts.extend(f"{k}={v}" for k, v in c["flags"].items())
-    if c.get("resumed"):
+        parts.append(str(c.model).rstrip("/").rsplit("/", 1)[-1])
+    parts += [str(c.value(k)) for k in ("prompts", "backend") if shown(k)]
+    parts.append(f"kv={c.kv}")
+    parts.append("serial" if c.serial else f"p={c.parallel}")
+    parts.append(f"paging={c.paging}")
+    if c.drafter != "none":
+        parts.append(f"drafter={c.drafter}")
+    if c.served:
+        parts.append(f"served={c.served}")
+    if c.share is not None:
+        parts.append(f"share={c.share:g}")
+    parts.extend(f"{k}={v}" for k, v in c.flags.items())
+    if c.resumed:
         parts.append("resumed")
-    if c.get("blas"):
-        parts.append(f"blas={c['blas']}")
+    if c.blas:
+        parts.append(f"blas={c.blas}")
     return " ".join(parts)
 
 
-def matches(point: dict[str, Any], where: dict[str, list[Any]]) -> bool:
-    return all(point[axis] in vals for axis, vals in where.items())
+def matches(at: dict[str, Any] | ArmConfig, where: dict[str, list[Any]]) -> bool:
+    """Whether a point (or an arm's config) has one of ``where``'s values on each axis."""
+    if isinstance(at, ArmConfig):
+        return all(at.value(axis) in vals for axis, vals in where.items())
+    return all(at[axis] in vals for axis, vals in where.items())

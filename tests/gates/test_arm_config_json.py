@@ -17,7 +17,11 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
+from conftest import arm_config
 from gates.judge.kinds import KINDS
+from gates.plan.arm_config import ArmConfig
 from gates.plan.inputs import load_inputs
 from gates.run import store
 from gates.run.arms import row_of, truth_of
@@ -68,3 +72,37 @@ def test_every_arm_config_writes_the_json_it_wrote_before() -> None:
 if __name__ == "__main__":
     SNAPSHOT.write_text(json.dumps(snapshot(), indent=1) + "\n")
     print(f"wrote {SNAPSHOT}", file=sys.stderr)
+
+
+def test_a_config_reads_back_as_it_was_written_and_refuses_what_it_would_not() -> None:
+    """``from_json`` of ``to_json`` is the config again; a key missing, unknown or null
+    (which ``to_json`` would not write back as read) is named, not dropped."""
+    cfg = arm_config(drafter="block", drafter_model="d/blk", share=0.5, flags={"ENGINE_X": "1"})
+    assert ArmConfig.from_json(json.loads(json.dumps(cfg.to_json()))) == cfg
+    assert list(cfg.to_json()) == sorted(cfg.to_json()) and "served" not in cfg.to_json()
+    assert json.loads(cfg.canonical()) == cfg.to_json()
+    d = cfg.to_json()
+    for bad, why in (
+        ({k: v for k, v in d.items() if k != "kv"}, "'kv' is missing"),
+        ({**d, "colour": "red"}, "unknown field 'colour'"),
+        ({**d, "share": None}, "'share' is null"),
+        ({**d, "flags": []}, "flags: expected a mapping"),
+        ([], "expected a mapping"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            ArmConfig.from_json(bad)  # type: ignore[arg-type]
+    assert cfg.value("kv") == "bf16" and cfg.value("colour") is None
+
+
+def test_a_ray_payload_carries_the_config_as_json(tmp_path: Path) -> None:
+    """What a worker is sent is the config's JSON, and reads back as the config."""
+    from gates.run.execute import ArmJob
+    from gates.run.executors.ship import Shipper
+
+    (tmp_path / "model").mkdir()
+    cfg = arm_config(served="plain", parallel=4)
+    job = ArmJob("k", "arm", tmp_path, cfg, tmp_path / "model", b"", 1, tmp_path / "w")
+    shipper = Shipper(tmp_path, put=len, _refs={"abc": "bundle"})
+    payload = shipper.payload(job, "abc", None)
+    assert json.dumps(payload["config"]) == json.dumps(cfg.to_json()) and payload["served"]
+    assert ArmConfig.from_json(json.loads(json.dumps(payload["config"]))) == cfg

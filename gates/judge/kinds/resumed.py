@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from gates.judge.kinds.kind import Kind
 from gates.plan import prompts
-from gates.plan.planned import Arm, Plan, canonical
+from gates.plan.planned import Arm, Plan
 from gates.plan.rule import Gate, Sets, Source
 
 
@@ -30,8 +30,8 @@ class Resumed(Kind):
                 ids = prompts.resumable_ids(sets[p["prompts"]])
                 if not ids:
                     continue
-                a = Arm(side, canonical(plan.config(p, serial=True)))
-                b = Arm(side, canonical(plan.config(p, serial=True, resumed=True)))
+                a = Arm(side, plan.config(p, serial=True).canonical())
+                b = Arm(side, plan.config(p, serial=True, resumed=True).canonical())
                 if (a.config_json, b.config_json) not in seen:
                     seen.add((a.config_json, b.config_json))
                     plan.compare(gate.name, p, a, b, only_ids=ids)

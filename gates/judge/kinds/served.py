@@ -10,7 +10,7 @@ from typing import Any
 
 from gates.judge.kinds.kind import Kind
 from gates.plan.axes import SIDES
-from gates.plan.planned import Arm, Plan, canonical
+from gates.plan.planned import Arm, Plan
 from gates.plan.rule import Asked, Gate, Sets, Source
 
 SERVED_MODES = {True: "stream", False: "plain"}  # `stream:` of a served rule -> arm value
@@ -53,14 +53,14 @@ class Served(Kind):
         for p in gate.points(plan):
             point = {**p, **self.override}
             for mode in self.modes:
-                served = canonical({**plan.config(point), "served": mode})
+                served = plan.config(point).replace(served=mode).canonical()
                 if self.against == "main":
                     pairs = [(Arm("base", served), Arm("head", served))]
                 else:
                     ref = plan.config(point, serial=self.against == "solo")
                     if self.against == "solo":
-                        ref["served"] = mode
-                    pairs = [(Arm(s, canonical(ref)), Arm(s, served)) for s in gate.sides]
+                        ref = ref.replace(served=mode)
+                    pairs = [(Arm(s, ref.canonical()), Arm(s, served)) for s in gate.sides]
                 for a, b in pairs:
                     if (a, b) not in seen:
                         seen.add((a, b))

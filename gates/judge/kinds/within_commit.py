@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gates.judge.kinds.kind import Facts, Kind
-from gates.plan.planned import Arm, Plan, canonical
+from gates.plan.planned import Arm, Plan
 from gates.plan.rule import Asked, Gate, Sets, Source
 
 VARIES = ("kv", "parallel", "paging", "drafter", "flags", "backend")
@@ -56,8 +56,8 @@ class WithinCommit(Kind):
                         ref = plan.config(v, serial=True)
                     else:
                         ref = plan.config({**v, axis: self.reference})
-                    a = Arm(side, canonical(ref))
-                    b = Arm(side, canonical(plan.config(v)))
+                    a = Arm(side, ref.canonical())
+                    b = Arm(side, plan.config(v).canonical())
                     if (side, a.config_json, b.config_json) not in seen:
                         seen.add((side, a.config_json, b.config_json))
                         plan.compare(gate.name, v, a, b)
