@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gates.plan.arm_config import ArmConfig
+from gates.plan.point import Point
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ Check = ArmCheck | PairCheck
 class Plan:
     """Filled by the gates' rules (gates/judge/kinds), from the matrix's points."""
 
-    matrix_points: list[dict[str, Any]]  # the matrix's points, less its exclusions
+    matrix_points: list[Point]  # the matrix's points, less its exclusions
     arm_keys: dict[str, int | float]  # the matrix's scalars every arm takes (max_tokens, ...)
     drafter_models: dict[str, str]  # drafter -> its directory
     column_axis: str | None  # the axis shown as receipt columns
@@ -87,7 +88,7 @@ class Plan:
             return arm
         return self.arms[self.arms.index(arm)]
 
-    def compare(self, gate: str, point: dict[str, Any], a: Arm, b: Arm, **kw: Any) -> None:
+    def compare(self, gate: str, point: Point, a: Arm, b: Arm, **kw: Any) -> None:
         """Plan both arms and the comparison of their replies (``kw``: ``only_ids``)."""
         a, b = self.add(a), self.add(b)
         self.comparisons.append(Comparison(gate, self.column(point), a, b, **kw))
@@ -102,40 +103,48 @@ class Plan:
 
     def config(
         self,
-        point: dict[str, Any],
+        point: Point,
         serial: bool = False,
         resumed: bool = False,
         share: float | None = None,
     ) -> ArmConfig:
         """An arm's config: the point, the matrix's scalars, ``serial``, ``resumed`` and
         ``share``."""
-        c = {**point, **self.arm_keys}
-        if c["drafter"] in self.drafter_models:
-            c["drafter_model"] = self.drafter_models[c["drafter"]]
+        knobs = dict(self.arm_keys)
         if share is not None:
-            c["share"] = share
-        c["serial"] = bool(serial)
-        c["resumed"] = bool(resumed)
-        if c["serial"]:
-            c["parallel"] = 1
-        return ArmConfig.from_json(c)
+            knobs["share"] = share
+        return ArmConfig(
+            model=point.model,
+            backend=point.backend,
+            prompts=point.prompts,
+            kv=point.kv,
+            parallel=1 if serial else point.parallel,
+            paging=point.paging,
+            drafter=point.drafter,
+            flags=dict(point.flags),
+            serial=bool(serial),
+            resumed=bool(resumed),
+            drafter_model=self.drafter_models.get(point.drafter),
+            blas=point.blas,
+            **knobs,  # the matrix scalars: max_tokens, pages, ... (fields of ArmConfig)
+        )
 
-    def column(self, at: dict[str, Any] | ArmConfig) -> str:
+    def column(self, at: Point | ArmConfig) -> str:
         """The receipt column of a point (or an arm's config)."""
         axis = self.column_axis
         if axis is None:
             return ""
-        v = at.value(axis) if isinstance(at, ArmConfig) else at[axis]
+        v = at.value(axis)
         return json.dumps(v, sort_keys=True) if isinstance(v, dict) else str(v)
 
-    def points(self, where: dict[str, list[Any]], across: bool, blas: str) -> list[dict[str, Any]]:
+    def points(self, where: dict[str, list[Any]], across: bool, blas: str) -> list[Point]:
         """The matrix points a rule applies to: those ``where`` selects; for a rule across
         commits, with the flags unset unless ``where`` names them; ``blas``: a config key."""
         where = dict(where)
         if across and "flags" not in where:
             where["flags"] = [{}]  # "flags unset == main": compare with the new flags left off
-        extra = {"blas": blas} if blas else {}  # a config key, not an axis
-        return [{**p, **extra} for p in self.matrix_points if matches(p, where)]
+        chosen = [p for p in self.matrix_points if matches(p, where)]
+        return [p.replace(blas=blas) for p in chosen] if blas else chosen
 
     def nothing_matched(self, gate: str, why: str = "") -> None:
         self.notes.append(f"{gate}: no matrix point matches this rule{why}")
@@ -172,8 +181,6 @@ def label(c: ArmConfig, hide: dict[str, str] | None = None) -> str:
     return " ".join(parts)
 
 
-def matches(at: dict[str, Any] | ArmConfig, where: dict[str, list[Any]]) -> bool:
+def matches(at: Point | ArmConfig, where: dict[str, list[Any]]) -> bool:
     """Whether a point (or an arm's config) has one of ``where``'s values on each axis."""
-    if isinstance(at, ArmConfig):
-        return all(at.value(axis) in vals for axis, vals in where.items())
-    return all(at[axis] in vals for axis, vals in where.items())
+    return all(at.value(axis) in vals for axis, vals in where.items())

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, NamedTuple
 from gates import BadInput
 from gates.plan.axes import AXES, SIDES, fail, norm_value, norm_values, number
 from gates.plan.planned import Arm, Plan, matches
+from gates.plan.point import Point
 
 Where = dict[str, list[Any]]  # axis -> the values a rule is limited to
 Sets = dict[str, list[dict[str, Any]]]  # prompt set name -> its requests
@@ -128,7 +129,7 @@ class Gate:
     def kind(self) -> str:
         return self.rule.KEY
 
-    def points(self, plan: Plan) -> list[dict[str, Any]]:
+    def points(self, plan: Plan) -> list[Point]:
         """The matrix points this gate applies to."""
         return plan.points(self.where, self.rule.across(), self.blas)
 

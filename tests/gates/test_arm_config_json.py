@@ -12,6 +12,7 @@ byte.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sys
@@ -106,3 +107,17 @@ def test_a_ray_payload_carries_the_config_as_json(tmp_path: Path) -> None:
     payload = shipper.payload(job, "abc", None)
     assert json.dumps(payload["config"]) == json.dumps(cfg.to_json()) and payload["served"]
     assert ArmConfig.from_json(json.loads(json.dumps(payload["config"]))) == cfg
+
+
+def test_a_point_holds_the_axes_and_a_config_takes_them() -> None:
+    """A matrix point is the axes (and a rule's blas); an arm's config has a field of each."""
+    from gates.plan.arm_config import AXIS_FIELDS
+    from gates.plan.axes import AXES
+    from gates.plan.point import Point
+
+    assert [f.name for f in dataclasses.fields(Point)] == [*AXES, "blas"]
+    assert AXIS_FIELDS == AXES
+    p = Point("m", "numpy", "p", "bf16", 4, "on", "none", {"ENGINE_X": "1"})
+    assert p.value("parallel") == 4 and p.replace(parallel=1).parallel == 1 and p.parallel == 4
+    with pytest.raises(KeyError):
+        p.value("blas")  # a config key, not an axis

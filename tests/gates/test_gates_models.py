@@ -55,8 +55,8 @@ def test_exclude_drops_matching_points_only(tmp_path):
     text += f"exclude:\n  - {{model: {MOE_DIR}, kv: fp8}}\n  - {{model: {MOE_DIR}, parallel: 1}}\n"
     m = matrix.load(write(tmp_path, text), KINDS)
     pts = m.points()
-    moe = [p for p in pts if p["model"] == MOE_DIR]
-    assert [(p["kv"], p["parallel"]) for p in moe] == [("bf16", 4)]
+    moe = [p for p in pts if p.model == MOE_DIR]
+    assert [(p.kv, p.parallel) for p in moe] == [("bf16", 4)]
     assert len(pts) - len(moe) == 4  # the dense model keeps every point
 
 

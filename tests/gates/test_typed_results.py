@@ -50,6 +50,8 @@ TYPED = (
     "gates.run.speed.lockstep",
     "gates.plan.arm_config",
     "gates.run.contract",
+    "gates.plan.planned",
+    "gates.plan.point",
 )
 
 # (module, function, parameter or "return"): what the dict is, since it is not a result

@@ -38,7 +38,7 @@ class AcceptanceAcrossCommits(Kind):
         seen: set[str] = set()
         for p in points:
             for d in self.drafters:
-                c = plan.config({**p, "drafter": d}).canonical()
+                c = plan.config(p.replace(drafter=d)).canonical()
                 if c not in seen:
                     seen.add(c)
                     plan.pair(gate.name, Arm("base", c), Arm("head", c))

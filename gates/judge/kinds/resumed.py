@@ -27,7 +27,7 @@ class Resumed(Kind):
         for side in gate.sides:
             seen: set[tuple[str, str]] = set()
             for p in gate.points(plan):
-                ids = prompts.resumable_ids(sets[p["prompts"]])
+                ids = prompts.resumable_ids(sets[p.prompts])
                 if not ids:
                     continue
                 a = Arm(side, plan.config(p, serial=True).canonical())

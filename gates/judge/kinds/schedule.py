@@ -55,7 +55,7 @@ def configs(plan: Plan, gate: Gate, override: Override) -> list[ArmConfig]:
     points = gate.points(plan)
     if not points:
         plan.nothing_matched(gate.name)
-    return [plan.config({**p, **dict(override.axes())}, share=override.share) for p in points]
+    return [plan.config(p.replace(**dict(override.axes())), share=override.share) for p in points]
 
 
 def asked(override: Override) -> list[Asked]:

@@ -6,7 +6,6 @@ through the openai client (gates/run/served.py) reply as ``engine run`` of the s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from gates.judge.kinds.kind import Kind
 from gates.plan.axes import SIDES
@@ -23,7 +22,7 @@ class Served(Kind):
 
     modes: tuple[str, ...]  # "stream" and/or "plain" (the arms' API mode)
     against: str = "offline"  # what a served arm must equal (SERVED_AGAINST)
-    override: dict[str, Any] = field(default_factory=dict)  # parallel
+    override: dict[str, int] = field(default_factory=dict)  # parallel
 
     @classmethod
     def parse(cls, src: Source) -> Gate:
@@ -51,7 +50,7 @@ class Served(Kind):
         seen: set[tuple[Arm, Arm]] = set()
         before = len(plan.comparisons)
         for p in gate.points(plan):
-            point = {**p, **self.override}
+            point = p.replace(**self.override)
             for mode in self.modes:
                 served = plan.config(point).replace(served=mode).canonical()
                 if self.against == "main":

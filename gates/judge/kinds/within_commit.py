@@ -46,8 +46,8 @@ class WithinCommit(Kind):
         for side in gate.sides:
             for p in gate.points(plan):
                 if self.values is not None:
-                    variants = [{**p, axis: v} for v in self.values if v != self.reference]
-                elif p[axis] != self.reference:
+                    variants = [p.replace(**{axis: v}) for v in self.values if v != self.reference]
+                elif p.value(axis) != self.reference:
                     variants = [p]
                 else:
                     variants = []
@@ -55,7 +55,7 @@ class WithinCommit(Kind):
                     if self.reference == "serial":
                         ref = plan.config(v, serial=True)
                     else:
-                        ref = plan.config({**v, axis: self.reference})
+                        ref = plan.config(v.replace(**{axis: self.reference}))
                     a = Arm(side, ref.canonical())
                     b = Arm(side, plan.config(v).canonical())
                     if (side, a.config_json, b.config_json) not in seen:
