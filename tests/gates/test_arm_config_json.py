@@ -82,6 +82,11 @@ def test_a_config_reads_back_as_it_was_written_and_refuses_what_it_would_not() -
     assert ArmConfig.from_json(json.loads(json.dumps(cfg.to_json()))) == cfg
     assert list(cfg.to_json()) == sorted(cfg.to_json()) and "served" not in cfg.to_json()
     assert json.loads(cfg.canonical()) == cfg.to_json()
+    # the knobs no matrix of matrices/ sets: written as the dicts wrote them, when set
+    knobs = {"context": 512, "page_rows": 16, "step_rows": 32, "draft_tokens": 3, "pages": 64}
+    full = {**cfg.to_json(), **knobs, "served": "stream", "blas": "row-variant"}
+    old_canonical = json.dumps(full, sort_keys=True, separators=(",", ":"))
+    assert ArmConfig.from_json(full).canonical() == old_canonical
     d = cfg.to_json()
     for bad, why in (
         ({k: v for k, v in d.items() if k != "kv"}, "'kv' is missing"),
