@@ -23,6 +23,7 @@ from typing import Any
 from gates import EXIT_ARM_FAILED, EXIT_GATE_FAILED, EXIT_OK, BadInput
 from gates.judge.checks import equality
 from gates.plan import prompts
+from gates.plan.arm_config import ArmConfig
 from gates.plan.matrix import AXIS_DEFAULTS
 from gates.run import refs
 from gates.run.contract import missing
@@ -81,12 +82,9 @@ def main(
     worktree = refs.ensure_worktree(repo, side.sha)
     cache = refs.cache_root()
     caps, why = capabilities(worktree, cache)
-    config = {
-        **AXIS_DEFAULTS,
-        **{"model": model, "backend": backend, "prompts": prompt_set, "parallel": 4},
-        **{"paging": "on", "pages": 256, "serial": False, "resumed": False},
-        "max_tokens": max_tokens,
-    }
+    axes = {**AXIS_DEFAULTS, "model": model, "backend": backend, "prompts": prompt_set}
+    axes |= {"parallel": 4, "paging": "on"}
+    config = ArmConfig(**axes, pages=256, max_tokens=max_tokens)
     why = why or (missing(caps, config) if caps else "")
     if why:
         print(f"selftest: cannot run: {why}")
@@ -123,7 +121,7 @@ def main(
 
 
 def _runner(
-    worktree: Path, config: dict[str, Any], model_dir: Path, scratch: Path, env: dict[str, str]
+    worktree: Path, config: ArmConfig, model_dir: Path, scratch: Path, env: dict[str, str]
 ) -> Callable[[str, list[dict[str, Any]]], ArmRun]:
     """Run the selftest's arm on some requests (tag: first, second, planted)."""
 

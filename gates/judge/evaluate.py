@@ -15,6 +15,7 @@ from gates.judge.checks import equality
 from gates.judge.kinds import kind_of
 from gates.judge.results import ORDER, Cell, Comparison, GateResult, worst
 from gates.plan import build as plan
+from gates.plan.arm_config import ArmConfig
 from gates.plan.build import Arm, Check, PairCheck, Plan
 from gates.plan.matrix import Gate, Matrix
 from gates.run.results import ArmResult, ArmRun, Status
@@ -27,27 +28,28 @@ def pair_names(a: Arm, b: Arm) -> tuple[str, str]:
     if a.side != b.side:
         return a.side, b.side
     ca, cb = a.config, b.config
-    if ca.get("served") != cb.get("served"):
+    if ca.served != cb.served:
         return (
-            f"served {ca['served']}" if ca.get("served") else "offline",
-            f"served {cb['served']}" if cb.get("served") else "offline",
+            f"served {ca.served}" if ca.served else "offline",
+            f"served {cb.served}" if cb.served else "offline",
         )
-    if ca.get("resumed") != cb.get("resumed"):
+    if ca.resumed != cb.resumed:
         return (
-            "resumed" if ca.get("resumed") else "cold",
-            "resumed" if cb.get("resumed") else "cold",
+            "resumed" if ca.resumed else "cold",
+            "resumed" if cb.resumed else "cold",
         )
-    if ca.get("serial") != cb.get("serial"):
+    if ca.serial != cb.serial:
         return (
-            "serial" if ca.get("serial") else f"p={ca['parallel']}",
-            "serial" if cb.get("serial") else f"p={cb['parallel']}",
+            "serial" if ca.serial else f"p={ca.parallel}",
+            "serial" if cb.serial else f"p={cb.parallel}",
         )
-    diff = [k for k in sorted(ca) if ca[k] != cb.get(k)]
+    ja, jb = ca.to_json(), cb.to_json()
+    diff = [k for k in sorted(ja) if ja[k] != jb.get(k)]
     if not diff:
         return "a", "b"
 
-    def show(c: dict[str, Any]) -> str:
-        return " ".join(f"{k}={c[k] if c[k] != {} else 'unset'}" for k in diff)
+    def show(c: ArmConfig) -> str:
+        return " ".join(f"{k}={c.value(k) if c.value(k) != {} else 'unset'}" for k in diff)
 
     return show(ca), show(cb)
 
@@ -199,8 +201,8 @@ def evaluate(
         for c in plan.comparisons:
             if c.gate == gate.name:
                 cfg = c.b.config
-                reqs = {r["id"]: r for r in sets[cfg["prompts"]]}
-                entries.append(_comparison(c, rows, results, reqs, decoders.get(cfg["model"])))
+                reqs = {r["id"]: r for r in sets[cfg.prompts]}
+                entries.append(_comparison(c, rows, results, reqs, decoders.get(cfg.model)))
         for rc in [*plan.checks, *plan.pairs]:
             if rc.gate == gate.name:
                 entries.append(_check(rc, rows, results, gate, sets))

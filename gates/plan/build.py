@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from gates.plan.matrix import Matrix
-from gates.plan.planned import Arm, ArmCheck, Check, Comparison, PairCheck, Plan, canonical, label
+from gates.plan.planned import Arm, ArmCheck, Check, Comparison, PairCheck, Plan, label
 
-__all__ = ["Arm", "ArmCheck", "Check", "Comparison", "PairCheck", "Plan", "build", "canonical"]
-__all__ += ["label"]
+__all__ = ["Arm", "ArmCheck", "Check", "Comparison", "PairCheck", "Plan", "build", "label"]
 
 
 def build(m: Matrix, prompt_sets: dict[str, list[dict[str, Any]]]) -> Plan:
@@ -35,8 +34,8 @@ def build(m: Matrix, prompt_sets: dict[str, list[dict[str, Any]]]) -> Plan:
             gate.rule.plan(gate, plan, prompt_sets)
     for arm in list(plan.arms):  # oracle/noisy drafters read their plain twin's replies
         cfg = arm.config
-        if cfg["drafter"] in ("oracle", "noisy") and not cfg.get("drafter_model"):
-            plan.add(Arm(arm.side, canonical({**cfg, "drafter": "none"})))
+        if cfg.drafter in ("oracle", "noisy") and not cfg.drafter_model:
+            plan.add(Arm(arm.side, cfg.replace(drafter="none").canonical()))
     for gate in m.gates:
         if gate.rule.LAST:
             gate.rule.plan(gate, plan, prompt_sets)

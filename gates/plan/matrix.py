@@ -35,6 +35,7 @@ import yaml
 from gates import BadInput
 from gates.plan import speed as speed_spec
 from gates.plan.axes import AXES, AXIS_DEFAULTS, fail, norm_value, norm_values
+from gates.plan.point import Point
 from gates.plan.rule import Kinds
 from gates.plan.rules import Gate, parse_gate
 
@@ -132,15 +133,17 @@ class Matrix:
                 return axis
         return None
 
-    def points(self) -> list[dict[str, Any]]:
-        """The cartesian product of the axes, as dicts, less the ``exclude`` patterns."""
+    def points(self) -> list[Point]:
+        """The cartesian product of the axes, less the ``exclude`` patterns."""
         names = list(AXES)
         every = [
-            dict(zip(names, combo, strict=True))
+            Point(**dict(zip(names, combo, strict=True)))
             for combo in itertools.product(*(self.axes[n] for n in names))
         ]
         return [
-            p for p in every if not any(all(p[a] in v for a, v in x.items()) for x in self.exclude)
+            p
+            for p in every
+            if not any(all(p.value(a) in v for a, v in x.items()) for x in self.exclude)
         ]
 
 

@@ -12,16 +12,19 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from gates.plan.arm_config import ArmConfig
+from gates.plan.point import Point
+
 
 @dataclass(frozen=True)
 class Arm:
     side: str
-    config_json: str  # canonical JSON of the config
+    config_json: str  # canonical JSON of the config (ArmConfig.canonical)
     name: str = field(default="", compare=False)  # label without the matrix's constant axes
 
     @property
-    def config(self) -> dict[str, Any]:
-        return json.loads(self.config_json)
+    def config(self) -> ArmConfig:
+        return ArmConfig.from_json(json.loads(self.config_json))
 
     @property
     def id(self) -> str:
@@ -66,7 +69,7 @@ Check = ArmCheck | PairCheck
 class Plan:
     """Filled by the gates' rules (gates/judge/kinds), from the matrix's points."""
 
-    matrix_points: list[dict[str, Any]]  # the matrix's points, less its exclusions
+    matrix_points: list[Point]  # the matrix's points, less its exclusions
     arm_keys: dict[str, int | float]  # the matrix's scalars every arm takes (max_tokens, ...)
     drafter_models: dict[str, str]  # drafter -> its directory
     column_axis: str | None  # the axis shown as receipt columns
@@ -76,7 +79,7 @@ class Plan:
     pairs: list[PairCheck] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # rules that matched nothing, and why
 
-    hide: dict[str, Any] = field(default_factory=dict)  # axis -> its one value, not shown
+    hide: dict[str, str] = field(default_factory=dict)  # axis -> its one value, not shown
 
     def add(self, arm: Arm) -> Arm:
         if arm not in self.arms:
@@ -85,7 +88,7 @@ class Plan:
             return arm
         return self.arms[self.arms.index(arm)]
 
-    def compare(self, gate: str, point: dict[str, Any], a: Arm, b: Arm, **kw: Any) -> None:
+    def compare(self, gate: str, point: Point, a: Arm, b: Arm, **kw: Any) -> None:
         """Plan both arms and the comparison of their replies (``kw``: ``only_ids``)."""
         a, b = self.add(a), self.add(b)
         self.comparisons.append(Comparison(gate, self.column(point), a, b, **kw))
@@ -98,46 +101,56 @@ class Plan:
         a, b = self.add(a), self.add(b)
         self.pairs.append(PairCheck(gate, self.column(b.config), a, b))
 
-    def config(self, point: dict[str, Any], **variant: Any) -> dict[str, Any]:
+    def config(
+        self,
+        point: Point,
+        serial: bool = False,
+        resumed: bool = False,
+        share: float | None = None,
+    ) -> ArmConfig:
         """An arm's config: the point, the matrix's scalars, ``serial``, ``resumed`` and
-        ``share`` (``variant``)."""
-        c = {**point, **self.arm_keys}
-        if c["drafter"] in self.drafter_models:
-            c["drafter_model"] = self.drafter_models[c["drafter"]]
-        if variant.get("share") is not None:
-            c["share"] = variant["share"]
-        c["serial"] = bool(variant.get("serial", False))
-        c["resumed"] = bool(variant.get("resumed", False))
-        if c["serial"]:
-            c["parallel"] = 1
-        return c
+        ``share``."""
+        knobs = dict(self.arm_keys)
+        if share is not None:
+            knobs["share"] = share
+        return ArmConfig(
+            model=point.model,
+            backend=point.backend,
+            prompts=point.prompts,
+            kv=point.kv,
+            parallel=1 if serial else point.parallel,
+            paging=point.paging,
+            drafter=point.drafter,
+            flags=dict(point.flags),
+            serial=bool(serial),
+            resumed=bool(resumed),
+            drafter_model=self.drafter_models.get(point.drafter),
+            blas=point.blas,
+            **knobs,  # the matrix scalars: max_tokens, pages, ... (fields of ArmConfig)
+        )
 
-    def column(self, point: dict[str, Any]) -> str:
+    def column(self, at: Point | ArmConfig) -> str:
         """The receipt column of a point (or an arm's config)."""
         axis = self.column_axis
         if axis is None:
             return ""
-        v = point[axis]
+        v = at.value(axis)
         return json.dumps(v, sort_keys=True) if isinstance(v, dict) else str(v)
 
-    def points(self, where: dict[str, list[Any]], across: bool, blas: str) -> list[dict[str, Any]]:
+    def points(self, where: dict[str, list[Any]], across: bool, blas: str) -> list[Point]:
         """The matrix points a rule applies to: those ``where`` selects; for a rule across
         commits, with the flags unset unless ``where`` names them; ``blas``: a config key."""
         where = dict(where)
         if across and "flags" not in where:
             where["flags"] = [{}]  # "flags unset == main": compare with the new flags left off
-        extra = {"blas": blas} if blas else {}  # a config key, not an axis
-        return [{**p, **extra} for p in self.matrix_points if matches(p, where)]
+        chosen = [p for p in self.matrix_points if matches(p, where)]
+        return [p.replace(blas=blas) for p in chosen] if blas else chosen
 
     def nothing_matched(self, gate: str, why: str = "") -> None:
         self.notes.append(f"{gate}: no matrix point matches this rule{why}")
 
 
-def canonical(config: dict[str, Any]) -> str:
-    return json.dumps(config, sort_keys=True, separators=(",", ":"))
-
-
-def label(c: dict[str, Any], hide: dict[str, Any] | None = None) -> str:
+def label(c: ArmConfig, hide: dict[str, str] | None = None) -> str:
     """A short readable name of a config, unique within a matrix.
 
     ``hide``: axes with one value in the matrix (model, backend, prompts), left out
@@ -145,28 +158,29 @@ def label(c: dict[str, Any], hide: dict[str, Any] | None = None) -> str:
     hide = hide or {}
 
     def shown(k: str) -> bool:
-        return k not in hide or c[k] != hide[k]
+        return k not in hide or c.value(k) != hide[k]
 
     parts = []
     if shown("model"):
-        parts.append(str(c["model"]).rstrip("/").rsplit("/", 1)[-1])
-    parts += [str(c[k]) for k in ("prompts", "backend") if shown(k)]
-    parts.append(f"kv={c['kv']}")
-    parts.append("serial" if c.get("serial") else f"p={c['parallel']}")
-    parts.append(f"paging={c['paging']}")
-    if c["drafter"] != "none":
-        parts.append(f"drafter={c['drafter']}")
-    if c.get("served"):
-        parts.append(f"served={c['served']}")
-    if c.get("share") is not None:
-        parts.append(f"share={c['share']:g}")
-    parts.extend(f"{k}={v}" for k, v in c["flags"].items())
-    if c.get("resumed"):
+        parts.append(str(c.model).rstrip("/").rsplit("/", 1)[-1])
+    parts += [str(c.value(k)) for k in ("prompts", "backend") if shown(k)]
+    parts.append(f"kv={c.kv}")
+    parts.append("serial" if c.serial else f"p={c.parallel}")
+    parts.append(f"paging={c.paging}")
+    if c.drafter != "none":
+        parts.append(f"drafter={c.drafter}")
+    if c.served:
+        parts.append(f"served={c.served}")
+    if c.share is not None:
+        parts.append(f"share={c.share:g}")
+    parts.extend(f"{k}={v}" for k, v in c.flags.items())
+    if c.resumed:
         parts.append("resumed")
-    if c.get("blas"):
-        parts.append(f"blas={c['blas']}")
+    if c.blas:
+        parts.append(f"blas={c.blas}")
     return " ".join(parts)
 
 
-def matches(point: dict[str, Any], where: dict[str, list[Any]]) -> bool:
-    return all(point[axis] in vals for axis, vals in where.items())
+def matches(at: Point | ArmConfig, where: dict[str, list[Any]]) -> bool:
+    """Whether a point (or an arm's config) has one of ``where``'s values on each axis."""
+    return all(at.value(axis) in vals for axis, vals in where.items())

@@ -15,7 +15,8 @@ from typing import Any, ClassVar, NamedTuple
 
 from gates import BadInput
 from gates.plan.axes import AXES, SIDES, fail, norm_value, norm_values, number
-from gates.plan.planned import Arm, Plan, canonical, matches
+from gates.plan.planned import Arm, Plan, matches
+from gates.plan.point import Point
 
 Where = dict[str, list[Any]]  # axis -> the values a rule is limited to
 Sets = dict[str, list[dict[str, Any]]]  # prompt set name -> its requests
@@ -128,7 +129,7 @@ class Gate:
     def kind(self) -> str:
         return self.rule.KEY
 
-    def points(self, plan: Plan) -> list[dict[str, Any]]:
+    def points(self, plan: Plan) -> list[Point]:
         """The matrix points this gate applies to."""
         return plan.points(self.where, self.rule.across(), self.blas)
 
@@ -140,7 +141,7 @@ def check_planned_arms(gate: Gate, plan: Plan) -> None:
     if not plan.arms:
         for side in gate.sides:
             for p in gate.points(plan):
-                plan.add(Arm(side, canonical(plan.config(p))))
+                plan.add(Arm(side, plan.config(p).canonical()))
     checked = 0
     for arm in list(plan.arms):
         if arm.side in gate.sides and matches(arm.config, gate.where):

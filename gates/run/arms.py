@@ -18,7 +18,7 @@ from typing import Any
 
 from gates import HARNESS_VERSION
 from gates.plan import prompts
-from gates.plan.build import Arm, canonical
+from gates.plan.build import Arm
 from gates.run import blas, refs, served, store
 from gates.run import envs as envs_mod
 from gates.run.capabilities import Capabilities
@@ -43,9 +43,9 @@ def scratch(cache: Path, key: str) -> Path:
 def truth_of(arm: Arm) -> Arm | None:
     """The plain twin whose replies an oracle/noisy arm needs (None: needs none)."""
     cfg = arm.config
-    if cfg["drafter"] not in TRUTH_DRAFTERS or cfg.get("drafter_model"):
+    if cfg.drafter not in TRUTH_DRAFTERS or cfg.drafter_model:
         return None
-    return Arm(arm.side, canonical({**cfg, "drafter": "none"}))
+    return Arm(arm.side, cfg.replace(drafter="none").canonical())
 
 
 def row_of(arm: Arm) -> ArmResult:
@@ -115,7 +115,7 @@ class ArmRunner:
         c, why = self.caps[arm.side]
         if c is None:
             return f"{arm.side}: {why}"
-        model = self.models.get(arm.config["model"])
+        model = self.models.get(arm.config.model)
         lack = missing(c, arm.config) or (
             architecture_missing(c, model_architectures(model)) if model else None
         )
@@ -129,8 +129,8 @@ class ArmRunner:
             return
         cfg, worktree = arm.config, self.sides[arm.side].worktree
         assert worktree is not None
-        key_cfg = dict(cfg)
-        extra = self._drafter_args(arm, key_cfg)
+        keyed: dict[str, str] = {}  # what joins the config in its key (gates/run/store.py)
+        extra = self._drafter_args(arm, keyed)
         if extra is None:
             return
         caps = self.caps[arm.side][0] or Capabilities()
@@ -138,16 +138,16 @@ class ArmRunner:
         if dropped:
             self._mark(arm, dropped=dropped)
         data = prompts.encode(lines)
-        if cfg.get("served"):
-            key_cfg["served_client"] = served.CLIENT_VERSION
-        env = base_env(worktree, cfg["backend"], cfg["flags"], self.cache)
-        if cfg.get("blas"):
+        if cfg.served:
+            keyed["served_client"] = served.CLIENT_VERSION
+        env = base_env(worktree, cfg.backend, cfg.flags, self.cache)
+        if cfg.blas:
             core, why = self._blas_kernel(arm)
             if core is None:
                 self._mark(arm, status=Status.NOT_COMPARABLE, reason=why)
                 return
             env["OPENBLAS_CORETYPE"] = core
-        key = self._key(arm, key_cfg, data, env)
+        key = self._key(arm, keyed, data, env)
         self._mark(arm, key=key)
         hit = stored_run(self.st, key)
         if hit is not None:
@@ -160,14 +160,14 @@ class ArmRunner:
                 label=arm.id,
                 worktree=worktree,
                 config=cfg,
-                model=self.models[cfg["model"]],
+                model=self.models[cfg.model],
                 requests=data,
                 timeout=self.timeout,
                 workdir=scratch(self.cache, key),
                 env=env,
                 extra_args=extra,
                 trace=writes_trace(caps),
-                runner=served.run_served if cfg.get("served") else None,
+                runner=served.run_served if cfg.served else None,
                 python=self._python(arm.side),
             )
             jobs.append(job)
@@ -175,18 +175,18 @@ class ArmRunner:
 
     def _blas_kernel(self, arm: Arm) -> tuple[str | None, str]:
         """The OPENBLAS_CORETYPE of a ``blas: row-variant`` arm (gates/run/blas.py)."""
-        if arm.config["backend"] != "numpy":
+        if arm.config.backend != "numpy":
             return None, "blas: row-variant is for the numpy backend"
         return blas.row_variant_kernel(self._python(arm.side))
 
-    def _drafter_args(self, arm: Arm, key_cfg: dict[str, Any]) -> list[str] | None:
+    def _drafter_args(self, arm: Arm, keyed: dict[str, str]) -> list[str] | None:
         """``--drafter-model``: the matrix's drafter model, or (oracle, noisy) the plain
-        twin's replies, whose key joins ``key_cfg``. None: the twin did not run, so the
+        twin's replies, whose key joins ``keyed``. None: the twin did not run, so the
         arm is settled without running."""
         cfg, twin = arm.config, truth_of(arm)
         if twin is None:
-            if cfg.get("drafter_model") and cfg["drafter"] not in TRUTH_DRAFTERS:
-                return ["--drafter-model", str(self.models[cfg["drafter_model"]])]
+            if cfg.drafter_model and cfg.drafter not in TRUTH_DRAFTERS:
+                return ["--drafter-model", str(self.models[cfg.drafter_model])]
             return []
         tr, twin_key = self.results.get(twin), self.rows[twin].key
         if tr is None or not tr.ok or twin_key is None:
@@ -196,7 +196,7 @@ class ArmRunner:
         truth.parent.mkdir(parents=True, exist_ok=True)
         lines = [json.dumps({"id": r.id, "ids": list(r.ids)}) for r in tr.replies or []]
         store.write_atomic(truth, "".join(line + "\n" for line in lines))
-        key_cfg["drafter_truth"] = twin_key
+        keyed["drafter_truth"] = twin_key
         return ["--drafter-model", str(truth)]
 
     def _twin_failed(self, arm: Arm, twin: Arm, tr: ArmRun | None) -> None:
@@ -218,9 +218,9 @@ class ArmRunner:
         server cannot serve."""
         cfg, known = arm.config, request_keys(caps)
         lines, dropped = [], {}
-        for r in prompts.requests_for(self.sets[cfg["prompts"]], cfg["max_tokens"], cfg["resumed"]):
+        for r in prompts.requests_for(self.sets[cfg.prompts], cfg.max_tokens, cfg.resumed):
             unknown = sorted(set(r) - known)
-            why = served.unservable(r, caps.serve) if cfg.get("served") else None
+            why = served.unservable(r, caps.serve) if cfg.served else None
             if unknown:
                 dropped[r["id"]] = f"the {arm.side} engine has no request key {unknown[0]}"
             elif why:
@@ -229,9 +229,10 @@ class ArmRunner:
                 lines.append(r)
         return lines, dropped
 
-    def _key(self, arm: Arm, key_cfg: dict[str, Any], data: bytes, env: dict[str, str]) -> str:
-        """The arm's result-store key: engine tree, config, requests, fixtures, machine and
-        the environment that can change its bits."""
+    def _key(self, arm: Arm, keyed: dict[str, str], data: bytes, env: dict[str, str]) -> str:
+        """The arm's result-store key: engine tree, config (with ``keyed``: the served
+        client's version, the plain twin's key), requests, fixtures, machine and the
+        environment that can change its bits."""
         cfg = arm.config
         key_env = {
             k: env[k]
@@ -239,11 +240,12 @@ class ArmRunner:
             if k.startswith("ENGINE_") or k in ("OMP_NUM_THREADS", "OPENBLAS_CORETYPE")
         }
         key_env.update(envs_mod.key_vars(self.envs.get(arm.side)))
-        used = (f"model:{cfg['model']}", f"prompts:{cfg['prompts']}")
-        used += (f"model:{cfg.get('drafter_model')}",)
+        used = (f"model:{cfg.model}", f"prompts:{cfg.prompts}")
+        used += (f"model:{cfg.drafter_model}",)
         fx = {k: v for k, v in self.fixtures.items() if k in used}
         tree = self.sides[arm.side].engine_tree or ""
         fp = self.executor.fingerprint(arm) if self.executor else store.fingerprint()
+        key_cfg = {**cfg.to_json(), **keyed}
         return store.arm_key(tree, key_cfg, prompts.digest(data), fx, fp, key_env)
 
     def _phase(self, arms: list[Arm], what: str) -> None:

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gates.plan.arm_config import ArmConfig
 from gates.run.capabilities import Capabilities
 
 REPLY_KEYS = (
@@ -39,30 +40,31 @@ ARCHITECTURES_SINCE = 5
 BEFORE_ARCHITECTURES = ("Qwen3ForCausalLM",)
 
 
-def engine_args(c: dict[str, Any]) -> list[str]:
+def engine_args(c: ArmConfig) -> list[str]:
     """Engine flags of an arm config; contract defaults are left out so old engines run."""
-    args = ["--backend", str(c["backend"])]
-    if c["kv"] != "bf16":
-        args += ["--kv", str(c["kv"])]
-    if c["parallel"] != 1:
-        args += ["--parallel", str(c["parallel"])]
-    if c["paging"] == "on":
-        args += ["--kv-pages", str(c.get("pages") or 256)]
-    elif c["paging"] != "off":  # a pool of this many pages
-        args += ["--kv-pages", str(c["paging"])]
-    if c["drafter"] != "none":
-        args += ["--drafter", str(c["drafter"])]
-        if c.get("draft_tokens"):
-            args += ["--draft-tokens", str(c["draft_tokens"])]
-    for key, flag in (
-        ("context", "--context"),
-        ("page_rows", "--page-rows"),
-        ("step_rows", "--step-rows"),
-        ("share", "--share"),
-    ):
-        if c.get(key):
-            args += [flag, str(c[key])]
-    if c.get("serial"):
+    args = ["--backend", str(c.backend)]
+    if c.kv != "bf16":
+        args += ["--kv", str(c.kv)]
+    if c.parallel != 1:
+        args += ["--parallel", str(c.parallel)]
+    if c.paging == "on":
+        args += ["--kv-pages", str(c.pages or 256)]
+    elif c.paging != "off":  # a pool of this many pages
+        args += ["--kv-pages", str(c.paging)]
+    if c.drafter != "none":
+        args += ["--drafter", str(c.drafter)]
+        if c.draft_tokens:
+            args += ["--draft-tokens", str(c.draft_tokens)]
+    knobs: tuple[tuple[int | float | None, str], ...] = (
+        (c.context, "--context"),
+        (c.page_rows, "--page-rows"),
+        (c.step_rows, "--step-rows"),
+        (c.share, "--share"),
+    )
+    for value, flag in knobs:
+        if value:
+            args += [flag, str(value)]
+    if c.serial:
         args.append("--serial")
     return args
 
@@ -98,7 +100,7 @@ def writes_trace(caps: Capabilities) -> bool:
     return "--trace" in flags and "--virtual-clock" in flags
 
 
-def missing(caps: Capabilities, c: dict[str, Any]) -> str | None:
+def missing(caps: Capabilities, c: ArmConfig) -> str | None:
     """Why an engine with ``caps`` cannot run config ``c`` (None: it can)."""
 
     def listed(key: str, value: Any) -> bool:
@@ -106,28 +108,28 @@ def missing(caps: Capabilities, c: dict[str, Any]) -> str | None:
 
     if caps.contract is None:
         return "capabilities has no contract version"
-    if not listed("backends", c["backend"]):
-        return f"no backend {c['backend']}"
-    if not listed("kv", c["kv"]):
-        return f"no kv {c['kv']}"
-    if c["drafter"] != "none" and not listed("drafters", c["drafter"]):
-        return f"no drafter {c['drafter']}"
-    if c["paging"] != "off" and not caps.paging:
+    if not listed("backends", c.backend):
+        return f"no backend {c.backend}"
+    if not listed("kv", c.kv):
+        return f"no kv {c.kv}"
+    if c.drafter != "none" and not listed("drafters", c.drafter):
+        return f"no drafter {c.drafter}"
+    if c.paging != "off" and not caps.paging:
         return "no paging"
-    if c.get("serial") and not caps.serial:
+    if c.serial and not caps.serial:
         return "no --serial"
     flags = caps.flags
     if flags is not None:
         for a in engine_args(c) + ["--metrics"]:
             if a.startswith("--") and a not in flags:
                 return f"no flag {a}"
-    for name in c["flags"]:
+    for name in c.flags:
         if not listed("env_flags", name):
             return f"no engine flag {name}"
-    return serve_missing(caps, c) if c.get("served") else None
+    return serve_missing(caps, c) if c.served else None
 
 
-def serve_missing(caps: Capabilities, c: dict[str, Any]) -> str | None:
+def serve_missing(caps: Capabilities, c: ArmConfig) -> str | None:
     """Why ``engine serve`` of an engine with ``caps`` cannot run served config ``c``."""
     serve = caps.serve
     if serve is None:
@@ -137,8 +139,8 @@ def serve_missing(caps: Capabilities, c: dict[str, Any]) -> str | None:
         return f"a server that returns no {', '.join(lack)}"
     if not serve.port_zero:
         return "a server that cannot pick a free port (--port 0)"
-    if c["drafter"] in TRUTH_DRAFTERS:
-        return f"no served {c['drafter']} drafter (the server names its requests itself)"
+    if c.drafter in TRUTH_DRAFTERS:
+        return f"no served {c.drafter} drafter (the server names its requests itself)"
     return None
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gates.plan.arm_config import ArmConfig
 from gates.run.capabilities import Capabilities
 from gates.run.contract import REPLY_KEYS, engine_args
 from gates.run.procs import forget, kill, spawn
@@ -124,7 +125,7 @@ class ArmJob:
     key: str
     label: str
     worktree: Path
-    config: dict[str, Any]
+    config: ArmConfig
     model: Path
     requests: bytes
     timeout: float

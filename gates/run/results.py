@@ -15,6 +15,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from gates.plan.arm_config import ArmConfig
 from gates.run.reply import Reply
 
 
@@ -69,7 +70,7 @@ class ArmResult:
     id: str
     side: str = ""
     label: str = ""
-    config: dict[str, Any] = field(default_factory=dict)
+    config: ArmConfig | None = None  # None: a row made before its arm was planned (tests)
     cached: bool = False
     dropped: dict[str, str] = field(default_factory=dict)
     key: str | None = None
@@ -95,7 +96,8 @@ class ArmResult:
     def to_json(self) -> dict[str, Any]:
         """The manifest's row: what the arm is; ``dropped`` and ``key`` once known; status
         and reason once decided; the run's fields (null where the run had none) once run."""
-        out: dict[str, Any] = {k: getattr(self, k) for k in ("id", "side", "label", "config")}
+        out: dict[str, Any] = {k: getattr(self, k) for k in ("id", "side", "label")}
+        out["config"] = self.config.to_json() if self.config is not None else {}
         out["cached"] = self.cached
         if self.dropped:
             out["dropped"] = self.dropped
@@ -114,6 +116,10 @@ class ArmResult:
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in names and v is not None}
         kw["id"] = need(d, "id", "arm")
+        if d.get("config"):
+            kw["config"] = ArmConfig.from_json(d["config"])
+        else:
+            kw.pop("config", None)
         kw["status"] = status_of(d) if d.get("status") is not None else None
         kw["stderr_tail"] = d.get("stderr_tail") or ""
         kw["reason"] = d.get("reason") or ""

@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from gates.plan.arm_config import ArmConfig
 from gates.run.capabilities import Serve
 from gates.run.contract import REPLY_KEYS, SERVE_CHOICE_KEYS, engine_args
 from gates.run.execute import ArmJob, tail
@@ -205,14 +206,14 @@ def send(client: Any, model: str, line: dict[str, Any], stream: bool) -> dict[st
         return {"id": rid, "ids": [], "finish_reason": "error", "error": str(exc.message)}
 
 
-def drive(base: str, model: str, lines: list[dict[str, Any]], cfg: dict[str, Any], timeout: float):
+def drive(base: str, model: str, lines: list[dict[str, Any]], cfg: ArmConfig, timeout: float):
     """Every line through the API: all at once (each at its arrival), or one at a time."""
     import openai
 
     client = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=timeout)
-    stream = cfg["served"] == "stream"
+    stream = cfg.served == "stream"
     try:
-        if cfg.get("serial"):
+        if cfg.serial:
             order = sorted(lines, key=lambda r: r.get("arrival", 0.0))
             got = {r["id"]: send(client, model, r, stream) for r in order}
         else:

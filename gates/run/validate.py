@@ -103,7 +103,7 @@ def values_run_nowhere(m: Matrix, arms: list[ArmResult]) -> list[str]:
         if len(m.axes[axis]) < 2:
             continue
         for v in m.axes[axis]:
-            mine = [a for a in arms if a.config.get(axis) == v]
+            mine = [a for a in arms if a.config is not None and a.config.value(axis) == v]
             if mine and all(a.not_comparable for a in mine):
                 why = mine[0].reason
                 key = m.keys.get(axis, axis)

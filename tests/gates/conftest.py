@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gates.plan.arm_config import ArmConfig
 from gates.run.reply import Reply
 from gates.run.results import ArmRun, Status
 
@@ -203,3 +204,10 @@ def ran(d: dict) -> ArmRun:
         metrics=d.get("metrics"),
         trace=d.get("trace"),
     )
+
+
+def arm_config(**kw: object) -> ArmConfig:
+    """An arm's config for a test: the matrix defaults, ``kw`` over them."""
+    base: dict[str, object] = {"model": "m", "backend": "numpy", "prompts": "p", "kv": "bf16"}
+    base |= {"parallel": 1, "paging": "off", "drafter": "none", "flags": {}, "max_tokens": 16}
+    return ArmConfig.from_json({**base, "serial": False, "resumed": False, **kw})

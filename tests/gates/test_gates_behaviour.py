@@ -200,18 +200,18 @@ def test_schedule_and_acceptance_rules_plan_their_arms(tmp_path: Path):
     pl = plan.build(m, {"p": [], "sched": []})
     (check,) = [c for c in pl.checks if c.gate == "burst"]  # p=1, p=4 -> one arm
     cfg = check.arm.config
-    assert (cfg["prompts"], cfg["parallel"], cfg["share"], check.arm.side) == (
+    assert (cfg.prompts, cfg.parallel, cfg.share, check.arm.side) == (
         "sched",
         2,
         0.01,
         "head",
     )
     no_worse = [c for c in pl.pairs if c.gate == "no worse"]
-    assert {c.a.config["kv"] for c in no_worse} == {"bf16", "fp8"}
+    assert {c.a.config.kv for c in no_worse} == {"bf16", "fp8"}
     assert all(c.a.side == "base" and c.b.side == "head" for c in no_worse)
-    drafts = [c.b.config["drafter"] for c in pl.pairs if c.gate == "drafts pay"]
+    drafts = [c.b.config.drafter for c in pl.pairs if c.gate == "drafts pay"]
     assert drafts == ["mtp", "block"]
-    assert {a.config["paging"] for a in pl.arms} == {"off", 24}
+    assert {a.config.paging for a in pl.arms} == {"off", 24}
 
 
 @pytest.mark.parametrize(
@@ -274,10 +274,10 @@ gates:
     m = matrix.load(tmp_path / "m.yaml", KINDS)
     pl = plan.build(m, {"p": [{"id": "a", "prompt_ids": [1]}]})
     rows = [c for c in pl.comparisons if c.gate == "rows"]
-    assert len(rows) == 1 and rows[0].a.config["blas"] == "row-variant"
+    assert len(rows) == 1 and rows[0].a.config.blas == "row-variant"
     assert "blas=row-variant" in rows[0].b.name
-    assert all("blas" not in c.a.config for c in pl.comparisons if c.gate == "main")
-    assert {c.b.config["parallel"] for c in pl.comparisons if c.gate == "pages"} == {1, 4}
+    assert all("blas" not in c.a.config.to_json() for c in pl.comparisons if c.gate == "main")
+    assert {c.b.config.parallel for c in pl.comparisons if c.gate == "pages"} == {1, 4}
     for bad, key in (("blas: fast", "gates[0].blas"), ("blas: row-variant", "gates[0].blas")):
         kind = "across_commits: {}" if bad != "blas: row-variant" else "resource: {}"
         (tmp_path / "b.yaml").write_text(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gates.plan.arm_config import ArmConfig
 from gates.run import contract
 from gates.run.capabilities import Capabilities
 
@@ -33,29 +34,31 @@ def caps_of(root: Path) -> dict:
     return json.loads(engine_cli(root, "capabilities", "--json"))
 
 
-def widest_config(caps: Capabilities) -> dict:
+def widest_config(caps: Capabilities) -> ArmConfig:
     """An arm config that makes engine_args emit every flag it knows."""
-    return {
-        "backend": "numpy",
-        "kv": "fp8",
-        "parallel": 4,
-        "paging": "on",
-        "pages": 64,
-        "drafter": next(d for d in caps.drafters or () if d != "none"),
-        "draft_tokens": 3,
-        "context": 512,
-        "page_rows": 16,
-        "step_rows": 32,
-        "share": 0.5,
-        "serial": True,
-        "flags": {},
-    }
+    return ArmConfig(
+        model="m",
+        backend="numpy",
+        prompts="p",
+        kv="fp8",
+        parallel=4,
+        paging="on",
+        pages=64,
+        drafter=next(d for d in caps.drafters or () if d != "none"),
+        draft_tokens=3,
+        context=512,
+        page_rows=16,
+        step_rows=32,
+        share=0.5,
+        serial=True,
+        flags={},
+    )
 
 
 @pytest.mark.parametrize("root", [REPO, STUB], ids=["real", "stub"])
 def test_every_flag_the_runner_sends_is_one_the_engine_lists(root):
     caps = Capabilities.from_json(caps_of(root))
-    cfg = {**widest_config(caps), "backend": (caps.backends or ())[0]}
+    cfg = widest_config(caps).replace(backend=(caps.backends or ())[0])
     sent = {a for a in contract.engine_args(cfg) if a.startswith("--")}
     assert sent <= set(caps.flags or ()), sent - set(caps.flags or ())
     assert contract.missing(caps, cfg) is None

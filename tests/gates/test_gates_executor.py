@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_gates
+from conftest import arm_config, run_gates
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,7 +42,7 @@ def test_gates_imports_without_ray():
 
 def test_one_fingerprint_is_one_kind_and_a_configuration_keeps_to_one_kind():
     rx = pytest.importorskip("gates.run.executors.ray")  # needs Ray importable, not a cluster
-    from gates.plan.build import Arm, canonical
+    from gates.plan.build import Arm
 
     nodes = [
         {"NodeID": "a", "Resources": {"CPU": 16, "GPU": 8}},
@@ -64,9 +64,9 @@ def test_one_fingerprint_is_one_kind_and_a_configuration_keeps_to_one_kind():
     for p, kv, paging in [
         (p, kv, g) for p in (1, 2, 4, 8) for kv in ("bf16", "fp8") for g in ("off", "on", 24)
     ]:
-        cfg = {"backend": "cupy", "kv": kv, "parallel": p, "drafter": "none", "paging": paging}
+        cfg = arm_config(backend="cupy", kv=kv, parallel=p, paging=paging)
         arms = [
-            Arm(s, canonical({**cfg, "drafter": d}))
+            Arm(s, cfg.replace(drafter=d).canonical())
             for s in ("base", "head")
             for d in ("none", "noisy")
         ]

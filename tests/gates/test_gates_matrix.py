@@ -102,7 +102,7 @@ def test_quick_matrix_is_small():
     sets = {n: prompts.load(prompts.resolve_path(REPO, n)) for n in m.prompt_sets()}
     arms = plan.build(m, sets).arms
     assert len(arms) <= 66  # 43 dense, 22 MoE (bf16 only, no scheduler arms)
-    moe = [a for a in arms if a.config["model"] == "fixtures/models/tiny-qwen3-moe"]
+    moe = [a for a in arms if a.config.model == "fixtures/models/tiny-qwen3-moe"]
     assert 0 < len(moe) <= len(arms) // 2  # a slice: not a second quick
     assert m.axes["backend"] == ["numpy"]
 
@@ -114,9 +114,9 @@ def test_every_equality_gate_runs_on_the_moe_model(name):
     p = plan.build(m, sets)
     moe = "fixtures/models/tiny-qwen3-moe"
     kinds = {g.name: g.kind for g in m.gates}
-    on_moe = {c.gate for c in p.comparisons if c.b.config["model"] == moe}
-    on_moe |= {c.gate for c in p.checks if c.arm.config["model"] == moe}
-    on_moe |= {c.gate for c in p.pairs if c.b.config["model"] == moe}
+    on_moe = {c.gate for c in p.comparisons if c.b.config.model == moe}
+    on_moe |= {c.gate for c in p.checks if c.arm.config.model == moe}
+    on_moe |= {c.gate for c in p.pairs if c.b.config.model == moe}
     assert {n for n, k in kinds.items() if not k.startswith("schedule")} == on_moe
 
 
@@ -143,16 +143,14 @@ gates:
         c.a.side == "base" and c.b.side == "head" and c.a.config_json == c.b.config_json
         for c in main_c
     )
-    assert all(c.a.config["flags"] == {} for c in main_c)
+    assert all(c.a.config.flags == {} for c in main_c)
     solo = [c for c in p.comparisons if c.gate == "solo"]
-    assert len(solo) == 16 and all(
-        c.a.config["serial"] and c.a.config["parallel"] == 1 for c in solo
-    )
+    assert len(solo) == 16 and all(c.a.config.serial and c.a.config.parallel == 1 for c in solo)
     drafted = [c for c in p.comparisons if c.gate == "drafted"]
-    assert len(drafted) == 8 and all(c.b.config["drafter"] == "mtp" for c in drafted)
+    assert len(drafted) == 8 and all(c.b.config.drafter == "mtp" for c in drafted)
     resumed = [c for c in p.comparisons if c.gate == "resumed"]
     assert len(resumed) == 4 and all(c.only_ids == ["a"] for c in resumed)
-    assert all(c.b.config["resumed"] and c.a.config["serial"] for c in resumed)
+    assert all(c.b.config.resumed and c.a.config.serial for c in resumed)
     assert {c.arm.side for c in p.checks} == {"head"}
     assert len(p.arms) == len(set(p.arms))
 
@@ -161,9 +159,10 @@ def test_drafter_models_reach_the_arms_of_that_drafter(tmp_path):
     text = BASE + "axes: {drafter: [none, block, noisy]}\ndrafter_models: {block: d/blk}\n"
     m = matrix.load(write(tmp_path, text), KINDS)
     p = plan.build(m, {"p": [{"id": "a", "prompt_ids": [1]}]})
-    by = {a.config["drafter"]: a.config for a in p.arms}
-    assert by["block"]["drafter_model"] == "d/blk"
-    assert "drafter_model" not in by["none"] and "drafter_model" not in by["noisy"]
+    by = {a.config.drafter: a.config for a in p.arms}
+    assert by["block"].drafter_model == "d/blk"
+    assert by["none"].drafter_model is None and by["noisy"].drafter_model is None
+    assert "drafter_model" not in by["none"].to_json()
 
 
 def test_resumed_requests_send_first_turns_first():

@@ -42,11 +42,11 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_two_models_double_the_points_and_name_the_model(tmp_path):
     m = matrix.load(write(tmp_path, TWO), KINDS)
     p = plan.build(m, {"t": [{"id": "a", "prompt_ids": [1, 2]}]})
-    assert {a.config["model"] for a in p.arms} == {"fixtures/models/stub", MOE_DIR}
+    assert {a.config.model for a in p.arms} == {"fixtures/models/stub", MOE_DIR}
     assert all(a.name.split()[0] in ("stub", "stub-moe") for a in p.arms)
-    per_model = {c.b.config["model"] for c in p.comparisons if c.gate == "concurrent == solo"}
+    per_model = {c.b.config.model for c in p.comparisons if c.gate == "concurrent == solo"}
     assert per_model == {"fixtures/models/stub", MOE_DIR}
-    assert all(c.a.config["model"] == c.b.config["model"] for c in p.comparisons)
+    assert all(c.a.config.model == c.b.config.model for c in p.comparisons)
 
 
 def test_exclude_drops_matching_points_only(tmp_path):
@@ -55,8 +55,8 @@ def test_exclude_drops_matching_points_only(tmp_path):
     text += f"exclude:\n  - {{model: {MOE_DIR}, kv: fp8}}\n  - {{model: {MOE_DIR}, parallel: 1}}\n"
     m = matrix.load(write(tmp_path, text), KINDS)
     pts = m.points()
-    moe = [p for p in pts if p["model"] == MOE_DIR]
-    assert [(p["kv"], p["parallel"]) for p in moe] == [("bf16", 4)]
+    moe = [p for p in pts if p.model == MOE_DIR]
+    assert [(p.kv, p.parallel) for p in moe] == [("bf16", 4)]
     assert len(pts) - len(moe) == 4  # the dense model keeps every point
 
 

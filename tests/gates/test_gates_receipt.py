@@ -15,6 +15,7 @@ from markdown_it import MarkdownIt
 
 from conftest import run_gates
 from gates import pipeline as run_mod
+from gates.plan.arm_config import ArmConfig
 from gates.report.receipt import render
 from gates.report.receipt.table import fence
 from gates.run import execute
@@ -78,12 +79,12 @@ def crash(job: ArmJob) -> ArmRun:
     )
 
 
-def reply(req: dict[str, Any], cfg: dict[str, Any], head: bool) -> dict[str, Any]:
-    n = int(req.get("max_tokens", cfg["max_tokens"]))
+def reply(req: dict[str, Any], cfg: ArmConfig, head: bool) -> dict[str, Any]:
+    n = int(req.get("max_tokens", cfg.max_tokens))
     ids = [zlib.crc32(f"{req['id']}:{i}".encode()) % 1000 for i in range(n)]
     if head:
-        cut = 3 if cfg["parallel"] > 1 and not cfg.get("serial") else 5
-        cut -= cfg["drafter"] != "none" or bool(cfg.get("resumed"))
+        cut = 3 if cfg.parallel > 1 and not cfg.serial else 5
+        cut -= cfg.drafter != "none" or bool(cfg.resumed)
         ids[cut:] = [(t + 1) % 1000 for t in ids[cut:]]
     return {
         **{"id": req["id"], "ids": ids, "token_sha": str(zlib.crc32(repr(ids).encode()))},
@@ -100,7 +101,7 @@ def fake_arm(head_sha: str) -> Callable[..., ArmRun]:
 
     def run(job: ArmJob, live: Any = None, device: str | None = None) -> ArmRun:
         cfg, head = job.config, job.worktree.name == head_sha
-        if head and cfg["parallel"] == 8 and cfg["paging"] != "off" and not cfg.get("serial"):
+        if head and cfg.parallel == 8 and cfg.paging != "off" and not cfg.serial:
             return crash(job)
         reqs = [json.loads(line) for line in job.requests.decode().splitlines()]
         metrics = {"pages_in_use": 2 * head, "unplanned_allocations": 0, "drafter_states": 0}

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, run_gates
+from conftest import arm_config, git, run_gates
 from gates.__main__ import main
-from gates.plan.build import Arm, canonical
+from gates.plan.build import Arm
 from gates.run.shard import group_index, select
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,7 +45,7 @@ def merge(root: Path, out: Path, *paths: str) -> tuple[int, dict]:
 
 def test_select_splits_arms_keeping_sides_and_truth_twins_together():
     def arm(side: str, drafter: str, p: int) -> Arm:
-        return Arm(side, canonical({"drafter": drafter, "parallel": p}))
+        return Arm(side, arm_config(drafter=drafter, parallel=p).canonical())
 
     drafters = ("none", "noisy", "mtp")
     arms = [arm(s, d, p) for p in (1, 4) for d in drafters for s in ("base", "head")]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_gates
+from conftest import arm_config, run_gates
 from gates import BadInput
 from gates.judge.kinds import KINDS
 from gates.plan import matrix
@@ -63,9 +63,9 @@ def test_an_axis_value_refused_on_both_commits_is_named(tmp_path):
     m = load(tmp_path, HEAD + "axes: {parallel: [1, 100]}\ngates: [{name: g, across_commits: {}}]")
     why = "at most 64 lanes"
     arms = [
-        ArmResult("a", config={"parallel": 1}, status=Status.OK),
-        ArmResult("b", config={"parallel": 100}, status=Status.REFUSED, reason=why),
-        ArmResult("c", config={"parallel": 100}, status=Status.REFUSED, reason=why),
+        ArmResult("a", config=arm_config(parallel=1), status=Status.OK),
+        ArmResult("b", config=arm_config(parallel=100), status=Status.REFUSED, reason=why),
+        ArmResult("c", config=arm_config(parallel=100), status=Status.REFUSED, reason=why),
     ]
     (line,) = validate.values_run_nowhere(m, arms)
     assert "axes.parallel: 100 ran on neither commit: at most 64 lanes" in line

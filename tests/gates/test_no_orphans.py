@@ -60,8 +60,9 @@ RUNNER = textwrap.dedent(
 
     own_children()
     wt, work = Path(sys.argv[1]), Path(sys.argv[2])
-    cfg = {"backend": "numpy", "kv": "bf16", "parallel": 1, "paging": "off",
-           "drafter": "none", "served": "plain"}
+    from gates.plan.arm_config import ArmConfig
+    cfg = ArmConfig(model="m", backend="numpy", prompts="p", kv="bf16", parallel=1,
+                    paging="off", drafter="none", served="plain")
     env = base_env(wt, "numpy", {}, work)
     env["STUB_PIDS"] = sys.argv[3]
     req = b'{"id": "a", "prompt_ids": [1, 2], "max_tokens": 4}\\n'

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from conftest import arm_config
 from gates.judge.results import Cell, Comparison, GateResult, gates_of, worst
 from gates.run.results import ArmResult, Status, arms_of
 
@@ -106,12 +107,17 @@ def test_arm_rows_read_old_and_new():
     status, and a row survives a JSON round trip."""
     rows = [
         {"id": "a", "side": "head", "status": "refused", "reason": "refused (exit 2)"},
-        {"id": "b", "side": "base", "config": {"kv": "bf16"}, "cached": False},
+        {"id": "b", "side": "base", "config": arm_config(kv="fp8").to_json(), "cached": False},
         {"id": "c", "status": "ok", "wall_s": 1.5, "replies": [{"id": "r", "n": 3}]},
     ]
     a, b, c = arms_of({"arms": rows})
     assert a.not_comparable and a.status is Status.REFUSED
-    assert b.status is None and not b.not_comparable and b.config == {"kv": "bf16"}
+    assert b.status is None and not b.not_comparable and b.config == arm_config(kv="fp8")
+    assert (
+        b.to_json() == {**rows[1], "label": ""} and c.config is None and c.to_json()["config"] == {}
+    )
+    with pytest.raises(ValueError, match="'model' is missing"):  # a config the plan never made
+        ArmResult.from_json({**rows[1], "config": {"kv": "bf16"}})
     assert ArmResult.from_json(json.loads(json.dumps(c.to_json()))) == c
     with pytest.raises(ValueError, match="'id'"):
         ArmResult.from_json({"status": "ok"})

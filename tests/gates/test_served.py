@@ -16,6 +16,7 @@ from gates.judge.kinds import KINDS
 from gates.judge.kinds.resource import RESOURCE_LIMITS
 from gates.plan import build as plan
 from gates.plan import matrix, prompts
+from gates.plan.arm_config import ArmConfig
 from gates.power import plants
 from gates.run import contract, served
 from gates.run.capabilities import Serve
@@ -45,19 +46,19 @@ def test_served_rules_plan_their_arms(tmp_path):
     # 2 flag sets x 2 modes; both parallel points fold into the rule's parallel 2
     assert len(by["offline"]) == 4
     for c in by["offline"]:
-        assert c.a.side == c.b.side == "head" and "served" not in c.a.config
-        assert {**c.a.config, "served": c.b.config["served"]} == c.b.config
-        assert c.b.config["parallel"] == 2
-    assert {c.b.config["served"] for c in by["offline"]} == {"stream", "plain"}
+        assert c.a.side == c.b.side == "head" and c.a.config.served is None
+        assert c.a.config.replace(served=c.b.config.served) == c.b.config
+        assert c.b.config.parallel == 2
+    assert {c.b.config.served for c in by["offline"]} == {"stream", "plain"}
     (main_c,) = by["main"]  # flags left unset, like across_commits
     assert (main_c.a.side, main_c.b.side) == ("base", "head")
-    assert main_c.a.config == main_c.b.config and main_c.b.config["flags"] == {}
+    assert main_c.a.config == main_c.b.config and main_c.b.config.flags == {}
     assert len(by["solo"]) == 2
     for c in by["solo"]:
-        assert c.a.config["serial"] and c.a.config["served"] == "plain"
-        assert c.b.config["parallel"] == 4 and not c.b.config["serial"]
+        assert c.a.config.serial and c.a.config.served == "plain"
+        assert c.b.config.parallel == 4 and not c.b.config.serial
     assert any("served=stream" in a.name for a in p.arms)
-    served_arms = [a for a in p.arms if a.config.get("served") and a.side == "head"]
+    served_arms = [a for a in p.arms if a.config.served and a.side == "head"]
     assert {c.arm for c in p.checks} >= set(served_arms)  # the resource gate holds them too
 
 
@@ -109,22 +110,21 @@ LINES = [
 
 
 def job(tmp_path: Path, worktree: Path, mode: str | None, name: str) -> ArmJob:
-    cfg = {
-        "model": "tiny",
-        "backend": "numpy",
-        "prompts": "t",
-        "kv": "bf16",
-        "parallel": 2,
-        "paging": "on",
-        "pages": 160,
-        "drafter": "none",
-        "flags": {},
-        "max_tokens": 6,
-        "serial": False,
-        "resumed": False,
-    }
-    if mode:
-        cfg["served"] = mode
+    cfg = ArmConfig(
+        model="tiny",
+        backend="numpy",
+        prompts="t",
+        kv="bf16",
+        parallel=2,
+        paging="on",
+        pages=160,
+        drafter="none",
+        flags={},
+        max_tokens=6,
+        serial=False,
+        resumed=False,
+        served=mode or None,
+    )
     return ArmJob(
         key=name,
         label=name,
@@ -187,9 +187,9 @@ def test_the_real_server_lists_what_a_served_arm_sends_and_reads(tmp_path):
     assert set(contract.SERVE_CHOICE_KEYS) <= set(serve.choice_keys or ())
     assert {"temperature", "seed", *served.EXTRA_BODY} <= set(serve.request_keys or ())
     assert set(RESOURCE_LIMITS) <= set(caps_of(REPO)["serve"]["metrics_keys"])
-    cfg = {**widest_config(caps), "drafter": "mtp", "served": "stream"}
+    cfg = widest_config(caps).replace(drafter="mtp", served="stream")
     assert contract.missing(caps, cfg) is None
-    assert "no served noisy" in contract.missing(caps, {**cfg, "drafter": "noisy"})
+    assert "no served noisy" in (contract.missing(caps, cfg.replace(drafter="noisy")) or "")
     usage = engine_cli(REPO, "serve", "--help")
     sent = [a for a in contract.engine_args(cfg) if a.startswith("--") and a != "--serial"]
     assert not [f for f in [*sent, "--host", "--port"] if f not in usage], usage

@@ -48,10 +48,14 @@ TYPED = (
     "gates.report.speed_chart",
     "gates.speed_calibrate",
     "gates.run.speed.lockstep",
+    "gates.plan.arm_config",
+    "gates.run.contract",
+    "gates.plan.planned",
+    "gates.plan.point",
 )
 
 # (module, function, parameter or "return"): what the dict is, since it is not a result
-RESULTS = ("gates.run.results", "gates.judge.results")
+RESULTS = ("gates.run.results", "gates.judge.results", "gates.plan.arm_config")
 RECEIPT = ("gates.report.receipt.render", "gates.report.receipt.failures")
 ALLOWED = {
     # the manifest itself: JSON as written to disk; its gates are read through gates_of
@@ -63,7 +67,6 @@ ALLOWED = {
     ("gates.judge.results", "__init__", "diffs"): "differing requests as equality wrote them",
     ("gates.judge.results", "__init__", "skipped"): "requests left out: id and reason",
     ("gates.judge.results", "__init__", "values"): "metric name -> value, shown as is",
-    ("gates.run.results", "__init__", "config"): "an arm's configuration (axis -> value)",
     ("gates.run.results", "__init__", "metrics"): "the engine's metrics, as it wrote them",
     ("gates.run.results", "__init__", "replies"): "reply summaries: id, token count, hash",
     ("gates.run.results", "__init__", "trace"): "the engine's schedule trace, as it wrote it",
@@ -71,14 +74,13 @@ ALLOWED = {
     ("gates.judge.evaluate", "*", "requests"): "prompt requests, not results",
     ("gates.judge.evaluate", "*", "sets"): "prompt sets, not results",
     ("gates.report.receipt.failures", "*", "d"): "one differing request of a comparison, shown",
-    ("gates.run.execute", "__init__", "config"): "an arm's configuration (axis -> value)",
-    ("gates.run.store", "arm_key", "config"): "an arm's configuration (axis -> value)",
+    ("gates.run.store", "arm_key", "config"): "JSON being hashed: ArmConfig.to_json and what "
+    "joins it in the key (the served client's version, the plain twin's key)",
     ("gates.run.store", "fingerprint", "m"): "the machine's description, not a result",
     ("gates.run.store", "get", "return"): "JSON on disk: arm runs are read by ArmRun.from_json",
     ("gates.run.store", "put", "value"): "JSON on disk: arm runs are written by ArmRun.to_json",
     ("gates.run.served", "*", "line"): "one request line, not a result",
     ("gates.run.served", "*", "lines"): "request lines, not results",
-    ("gates.run.served", "drive", "cfg"): "an arm's configuration (axis -> value)",
     ("gates.run.served", "_get", "return"): "a server's JSON answer",
     ("gates.run.served", "idle_metrics", "return"): "the server's metrics, as it wrote them",
     ("gates.run.served", "_reply_of", "d"): "a server's JSON answer",
@@ -112,11 +114,9 @@ ALLOWED = {
     ("gates.report.merge", "load", "return"): "a shard manifest: JSON read from disk",
     ("gates.report.merge", "*", "docs"): "shard manifests: JSON read from disk",
     ("gates.report.merge", "check_inputs", "first"): "a shard manifest: JSON read from disk",
-    ("gates.run.arms", "*", "key_cfg"): "an arm's configuration (axis -> value), as keyed",
     ("gates.run.arms", "_requests", "return"): "request lines (prompt requests), not results",
     ("gates.run.arms", "__init__", "sets"): "prompt sets, not results",
     ("gates.selftest", "_plant", "return"): "planted prompt requests, not results",
-    ("gates.selftest", "_runner", "config"): "an arm's configuration (axis -> value)",
     ("gates.judge.checks.equality", "compare", "requests"): "prompt requests by id, not results",
     ("gates.judge.checks.schedule", "from_json", "d"): "a trace row as the engine wrote it",
     ("gates.judge.checks.schedule", "_mapping", "return"): "a mapping of a trace row, as written",

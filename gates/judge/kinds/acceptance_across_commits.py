@@ -10,7 +10,7 @@ from gates.judge.checks import acceptance
 from gates.judge.kinds.kind import Kind
 from gates.judge.results import CheckOutcome
 from gates.plan.axes import SIDES
-from gates.plan.planned import Arm, Check, PairCheck, Plan, canonical
+from gates.plan.planned import Arm, Check, PairCheck, Plan
 from gates.plan.rule import Asked, Gate, Sets, Source
 from gates.run.results import ArmRun
 
@@ -38,7 +38,7 @@ class AcceptanceAcrossCommits(Kind):
         seen: set[str] = set()
         for p in points:
             for d in self.drafters:
-                c = canonical(plan.config({**p, "drafter": d}))
+                c = plan.config(p.replace(drafter=d)).canonical()
                 if c not in seen:
                     seen.add(c)
                     plan.pair(gate.name, Arm("base", c), Arm("head", c))

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from gates.judge.kinds.kind import Kind
 from gates.plan.axes import SIDES
-from gates.plan.planned import Arm, Plan, canonical
+from gates.plan.planned import Arm, Plan
 from gates.plan.rule import Gate, Sets, Source, parse_where
 
 
@@ -25,7 +25,7 @@ class AcrossCommits(Kind):
     def plan(self, gate: Gate, plan: Plan, sets: Sets) -> None:
         points = gate.points(plan)
         for p in points:
-            c = canonical(plan.config(p))
+            c = plan.config(p).canonical()
             plan.compare(gate.name, p, Arm("base", c), Arm("head", c))
         if not points:
             plan.nothing_matched(gate.name)

@@ -59,9 +59,9 @@ class Lengths(Kind):
         cfg, run = check.arm.config, runs[check.arm]
         # the lines the arm was sent, first turns of a resumed arm included (`conv2/turn1`
         # carries its own request's max_tokens, not the matrix's)
-        sent = requests_for(sets.get(cfg["prompts"], []), cfg["max_tokens"], resumed=True)
+        sent = requests_for(sets.get(cfg.prompts, []), cfg.max_tokens, resumed=True)
         requests = {r["id"]: r for r in sent}
-        found = problems(run, requests, cfg["max_tokens"])
+        found = problems(run, requests, cfg.max_tokens)
         values = {"replies": len(run.replies or [])}
         if not found:
             return CheckOutcome(True, values)

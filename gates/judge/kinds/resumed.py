@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from gates.judge.kinds.kind import Kind
 from gates.plan import prompts
-from gates.plan.planned import Arm, Plan, canonical
+from gates.plan.planned import Arm, Plan
 from gates.plan.rule import Gate, Sets, Source
 
 
@@ -27,11 +27,11 @@ class Resumed(Kind):
         for side in gate.sides:
             seen: set[tuple[str, str]] = set()
             for p in gate.points(plan):
-                ids = prompts.resumable_ids(sets[p["prompts"]])
+                ids = prompts.resumable_ids(sets[p.prompts])
                 if not ids:
                     continue
-                a = Arm(side, canonical(plan.config(p, serial=True)))
-                b = Arm(side, canonical(plan.config(p, serial=True, resumed=True)))
+                a = Arm(side, plan.config(p, serial=True).canonical())
+                b = Arm(side, plan.config(p, serial=True, resumed=True).canonical())
                 if (a.config_json, b.config_json) not in seen:
                     seen.add((a.config_json, b.config_json))
                     plan.compare(gate.name, p, a, b, only_ids=ids)

@@ -4,12 +4,12 @@ stays within budgets (rounds of decode gap, time to first token, ...)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from gates.judge.checks import schedule
 from gates.judge.kinds.kind import Facts, Kind
 from gates.judge.results import CheckOutcome
-from gates.plan.planned import Arm, ArmCheck, Check, Plan, canonical
+from gates.plan.arm_config import ArmConfig
+from gates.plan.planned import Arm, ArmCheck, Check, Plan
 from gates.plan.rule import Asked, Gate, Sets, Source
 from gates.run.results import ArmRun
 
@@ -50,12 +50,12 @@ def overrides(src: Source) -> Override:
     )
 
 
-def configs(plan: Plan, gate: Gate, override: Override) -> list[dict[str, Any]]:
+def configs(plan: Plan, gate: Gate, override: Override) -> list[ArmConfig]:
     """Each matching point's config with the rule's own prompt set, lanes and share."""
     points = gate.points(plan)
     if not points:
         plan.nothing_matched(gate.name)
-    return [plan.config({**p, **dict(override.axes())}, share=override.share) for p in points]
+    return [plan.config(p.replace(**dict(override.axes())), share=override.share) for p in points]
 
 
 def asked(override: Override) -> list[Asked]:
@@ -64,7 +64,7 @@ def asked(override: Override) -> list[Asked]:
 
 def background(arm: Arm, sets: Sets) -> frozenset[str]:
     """Ids of the background-priority requests of an arm's prompt set."""
-    reqs = sets.get(arm.config["prompts"], [])
+    reqs = sets.get(arm.config.prompts, [])
     return frozenset(r["id"] for r in reqs if r.get("priority") == "background")
 
 
@@ -89,7 +89,7 @@ class Schedule(Kind):
     def plan(self, gate: Gate, plan: Plan, sets: Sets) -> None:
         seen: set[tuple[str, str]] = set()
         for cfg in configs(plan, gate, self.override):
-            c = canonical(cfg)
+            c = cfg.canonical()
             for side in gate.sides:
                 if (side, c) not in seen:
                     seen.add((side, c))

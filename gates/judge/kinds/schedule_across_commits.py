@@ -18,7 +18,7 @@ from gates.judge.kinds.schedule import (
 )
 from gates.judge.results import CheckOutcome
 from gates.plan.axes import SIDES
-from gates.plan.planned import Arm, Check, PairCheck, Plan, canonical
+from gates.plan.planned import Arm, Check, PairCheck, Plan
 from gates.plan.rule import Asked, Gate, Sets, Source
 from gates.run.results import ArmRun
 
@@ -48,7 +48,7 @@ class ScheduleAcrossCommits(Kind):
     def plan(self, gate: Gate, plan: Plan, sets: Sets) -> None:
         seen: set[str] = set()
         for cfg in configs(plan, gate, self.override):
-            c = canonical(cfg)
+            c = cfg.canonical()
             if c not in seen:
                 seen.add(c)
                 plan.pair(gate.name, Arm("base", c), Arm("head", c))

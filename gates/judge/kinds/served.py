@@ -6,11 +6,10 @@ through the openai client (gates/run/served.py) reply as ``engine run`` of the s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from gates.judge.kinds.kind import Kind
 from gates.plan.axes import SIDES
-from gates.plan.planned import Arm, Plan, canonical
+from gates.plan.planned import Arm, Plan
 from gates.plan.rule import Asked, Gate, Sets, Source
 
 SERVED_MODES = {True: "stream", False: "plain"}  # `stream:` of a served rule -> arm value
@@ -23,7 +22,7 @@ class Served(Kind):
 
     modes: tuple[str, ...]  # "stream" and/or "plain" (the arms' API mode)
     against: str = "offline"  # what a served arm must equal (SERVED_AGAINST)
-    override: dict[str, Any] = field(default_factory=dict)  # parallel
+    override: dict[str, int] = field(default_factory=dict)  # parallel
 
     @classmethod
     def parse(cls, src: Source) -> Gate:
@@ -51,16 +50,16 @@ class Served(Kind):
         seen: set[tuple[Arm, Arm]] = set()
         before = len(plan.comparisons)
         for p in gate.points(plan):
-            point = {**p, **self.override}
+            point = p.replace(**self.override)
             for mode in self.modes:
-                served = canonical({**plan.config(point), "served": mode})
+                served = plan.config(point).replace(served=mode).canonical()
                 if self.against == "main":
                     pairs = [(Arm("base", served), Arm("head", served))]
                 else:
                     ref = plan.config(point, serial=self.against == "solo")
                     if self.against == "solo":
-                        ref["served"] = mode
-                    pairs = [(Arm(s, canonical(ref)), Arm(s, served)) for s in gate.sides]
+                        ref = ref.replace(served=mode)
+                    pairs = [(Arm(s, ref.canonical()), Arm(s, served)) for s in gate.sides]
                 for a, b in pairs:
                     if (a, b) not in seen:
                         seen.add((a, b))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gates.judge.kinds.kind import Facts, Kind
-from gates.plan.planned import Arm, Plan, canonical
+from gates.plan.planned import Arm, Plan
 from gates.plan.rule import Asked, Gate, Sets, Source
 
 VARIES = ("kv", "parallel", "paging", "drafter", "flags", "backend")
@@ -46,8 +46,8 @@ class WithinCommit(Kind):
         for side in gate.sides:
             for p in gate.points(plan):
                 if self.values is not None:
-                    variants = [{**p, axis: v} for v in self.values if v != self.reference]
-                elif p[axis] != self.reference:
+                    variants = [p.replace(**{axis: v}) for v in self.values if v != self.reference]
+                elif p.value(axis) != self.reference:
                     variants = [p]
                 else:
                     variants = []
@@ -55,9 +55,9 @@ class WithinCommit(Kind):
                     if self.reference == "serial":
                         ref = plan.config(v, serial=True)
                     else:
-                        ref = plan.config({**v, axis: self.reference})
-                    a = Arm(side, canonical(ref))
-                    b = Arm(side, canonical(plan.config(v)))
+                        ref = plan.config(v.replace(**{axis: self.reference}))
+                    a = Arm(side, ref.canonical())
+                    b = Arm(side, plan.config(v).canonical())
                     if (side, a.config_json, b.config_json) not in seen:
                         seen.add((side, a.config_json, b.config_json))
                         plan.compare(gate.name, v, a, b)

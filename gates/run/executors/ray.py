@@ -40,7 +40,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import gates
 from gates import BadInput
-from gates.plan.build import Arm, canonical
+from gates.plan.arm_config import ArmConfig
+from gates.plan.build import Arm
 from gates.run import envs, refs
 from gates.run.arms import truth_of
 from gates.run.capabilities import Capabilities
@@ -200,13 +201,13 @@ class RayExecutor:
             if s.worktree is not None:
                 self.shas[s.worktree] = s.sha
 
-    def _kind(self, config: dict[str, Any]) -> tuple[bool, Kind]:
+    def _kind(self, config: ArmConfig) -> tuple[bool, Kind]:
         """The kind of node an arm runs on: one per configuration group."""
-        gpu = config["backend"] in GPU_BACKENDS
+        gpu = config.backend in GPU_BACKENDS
         ks = self.kinds[gpu]
         if len(ks) == 1:
             return gpu, ks[0]
-        arm = Arm("head", canonical(config))
+        arm = Arm("head", config.canonical())
         group = (truth_of(arm) or arm).config_json
         slots = [k for k in ks for _ in range(k.capacity)]
         return gpu, slots[int(hashlib.sha256(group.encode()).hexdigest()[:12], 16) % len(slots)]

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from gates.plan.arm_config import ArmConfig
 from gates.run import envs, refs, served, store
 from gates.run.execute import ArmJob, base_env, capabilities, kill, run_arm
 from gates.run.results import ArmRun, Status
@@ -175,7 +176,7 @@ def where(device: str | None) -> str:
 
 def run(payload: dict[str, Any], get: Get, device: str | None) -> dict[str, Any]:
     """Run one arm on this worker; the ArmRun as JSON (never raises for an engine failure)."""
-    cfg = payload["config"]
+    cfg = ArmConfig.from_json(payload["config"])
     try:
         wt = checkout(payload["commit"], get)
         model = unpack(payload["model"], get)
@@ -194,7 +195,7 @@ def run(payload: dict[str, Any], get: Get, device: str | None) -> dict[str, Any]
         requests=payload["requests"],
         timeout=payload["timeout"],
         workdir=cache() / "runs" / f"{payload['key'][:20]}-{os.getpid()}",
-        env=base_env(wt, cfg["backend"], cfg["flags"], refs.cache_root()),
+        env=base_env(wt, cfg.backend, cfg.flags, refs.cache_root()),
         extra_args=extra,
         trace=payload["trace"],
         runner=served.run_served if payload["served"] else None,
