@@ -3,6 +3,7 @@ cells counted once, the speed budget honoured, and a run that lost arms says wha
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -88,3 +89,33 @@ def test_the_speed_budget_stops_blocks(tmp_path):
     assert math.isnan(got.cells[0].speed_lo)
     assert chart.summary_line(got) == "1 cell: 1 inconclusive: budget"
     assert SpeedRun.from_json(got.to_json()).stopped == "budget"
+
+
+def _speed_line(sp: SpeedRun) -> str:
+    """The receipt template's speed paragraph, rendered for sp."""
+    src = (render.TEMPLATES / "receipt.md.j2").read_text().splitlines()
+    line = next(ln for ln in src if ln.startswith('{% if speed.spec.sample_per == "repeat" %}'))
+    return render._env().from_string(line).render(speed=sp, speed_summary="S")
+
+
+def test_the_speed_line_says_what_a_sample_is():
+    """A pair per repeat reads as pairs from so many process pairs, not as blocks of fresh
+    processes; with min_effect under delta no *slower (small)* range is promised (it would
+    be a loss past 2 % short of 1 %)."""
+    spec = SpeedSpec(repeats=12, sample_per="repeat", delta=0.02, min_effect=0.01)
+    sp = SpeedRun(Status.PASS, spec=spec, blocks=24, wall_s=30.0, cpu=3, level=0.0167)
+    line = _speed_line(sp)
+    assert line.startswith("24 pairs, one a timed run, from 2 pairs of processes (12 timed")
+    assert "test on the pairs' log speeds" in line and "medians over pairs" in line
+    assert "slower (small)" not in line and "*slower* fails (a loss of 1% or more" in line
+    assert _speed_line(dataclasses.replace(sp, blocks=12)).startswith(
+        "12 pairs, one a timed run, from 1 pair of "
+    )
+    block = SpeedSpec(repeats=2, delta=0.03, min_effect=0.05)
+    line = _speed_line(SpeedRun(Status.PASS, spec=block, blocks=12, wall_s=30.0, cpu=3))
+    assert line.startswith("12 blocks (2 timed runs per stream count and side in each")
+    assert "a fresh pair of processes per block" in line and "blocks' log speeds" in line
+    assert (
+        "*slower (small)* = the interval below 1 and a loss past the ±3% tolerance but "
+        "short of 5%" in line
+    )
