@@ -40,6 +40,7 @@ THREAD_VARS = (
     "NUMEXPR_NUM_THREADS",
 )
 GPU_BACKENDS = ("cupy",)
+STOP_POLL_S = 0.05  # an interrupted run kills its live processes this often until it returns
 TAIL = 2000
 
 
@@ -325,18 +326,27 @@ def run_all(
         return True
 
     pool = ThreadPoolExecutor(max_workers=max(1, workers))
-    futures: list[Future] = []
+    submitted: list[Future] = []
+
+    def submit(job: ArmJob, wait: bool) -> Future:
+        submitted.append(pool.submit(work, job, wait))
+        return submitted[-1]
+
     try:
-        futures = [pool.submit(work, j, False) for j in jobs]
+        futures = [submit(j, False) for j in jobs]
         taken = [j for j, f in zip(jobs, futures, strict=True) if not f.result()]
-        futures = [pool.submit(work, j, True) for j in taken]
-        for f in as_completed(futures):
+        for f in as_completed([submit(j, True) for j in taken]):
             f.result()
     except BaseException:
-        for f in futures:
+        for f in submitted:
             f.cancel()
-        for p in list(live):
-            kill(p)
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=False, cancel_futures=True)
+        # a worker may be between starting its process and registering it in `live` when the
+        # interrupt comes (a loaded machine stretches that gap): kill what is live until every
+        # worker has returned, not once, or such an arm runs on to its timeout
+        while not all(f.done() for f in submitted):
+            for p in list(live):
+                kill(p)
+            time.sleep(STOP_POLL_S)
         raise
     pool.shutdown(wait=True)
