@@ -52,9 +52,12 @@ STUB = textwrap.dedent(
 
 RUNNER = textwrap.dedent(
     """
-    import sys
+    import signal, sys
     from pathlib import Path
     from gates.run.execute import ArmJob, base_env, run_all
+    # a runner started from a background shell inherits SIGINT ignored (POSIX), and Python
+    # then never installs its handler: the SIGINT case tests the runner, not the caller's shell
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from gates.run.procs import own_children
     from gates.run.served import run_served
 
