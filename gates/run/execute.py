@@ -283,6 +283,19 @@ def _device_queue(devices: list[str] | None) -> queue.Queue[str] | None:
     return q
 
 
+def _stop(pool: ThreadPoolExecutor, submitted: list[Future], live: set[subprocess.Popen]) -> None:
+    """Cancel what has not started and kill what has, until every worker has returned: a
+    worker may be between starting its process and registering it in `live` when the
+    interrupt comes (a loaded machine stretches that gap), so one sweep is not enough."""
+    for f in submitted:
+        f.cancel()
+    pool.shutdown(wait=False, cancel_futures=True)
+    while not all(f.done() for f in submitted):
+        for p in list(live):
+            kill(p)
+        time.sleep(STOP_POLL_S)
+
+
 def run_all(
     jobs: list[ArmJob],
     workers: int,
@@ -338,15 +351,6 @@ def run_all(
         for f in as_completed([submit(j, True) for j in taken]):
             f.result()
     except BaseException:
-        for f in submitted:
-            f.cancel()
-        pool.shutdown(wait=False, cancel_futures=True)
-        # a worker may be between starting its process and registering it in `live` when the
-        # interrupt comes (a loaded machine stretches that gap): kill what is live until every
-        # worker has returned, not once, or such an arm runs on to its timeout
-        while not all(f.done() for f in submitted):
-            for p in list(live):
-                kill(p)
-            time.sleep(STOP_POLL_S)
+        _stop(pool, submitted, live)
         raise
     pool.shutdown(wait=True)
