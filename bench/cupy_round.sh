@@ -30,7 +30,7 @@ lap "synthetic weights ready"
 
 # the tests and both sides' replies do not depend on timing: they run side by side
 env $HEAD_ENV python3 -m pytest -q -p no:cacheprovider tests/engine/test_cupy_backend.py \
-    tests/engine/test_cupy_options.py tests/engine/test_cupy_greedy.py tests/conformance -k cupy >"$OUT/tests.log" 2>&1 &
+    tests/engine/test_cupy_options.py tests/engine/test_cupy_greedy.py tests/engine/test_cupy_gemm.py tests/conformance -k cupy >"$OUT/tests.log" 2>&1 &
 tests=$!
 pids=()
 for side in base head; do

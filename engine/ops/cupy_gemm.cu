@@ -4,7 +4,7 @@
 // ascending, each chunk's 8 products added in index order (fmaf) into the row's own
 // accumulator, then a fixed shuffle-down tree. So a row's bits never depend on M, on the
 // row's place in the launch, on its neighbours' values or on how many outputs a warp takes
-// (GEMM_OUTS): one kernel for a decode step, a verify step and a prompt step alike. No
+// (OUTS): one kernel for a decode step, a verify step and a prompt step alike. No
 // atomics, no split-K, no shape-dependent algorithm. K % 8 == 0 (16-byte loads).
 #define GEMM_ROWS 8    // rows a block takes (grid.y: row groups); a warp keeps one sum per row
 #define GEMM_WARPS 8   // warps per block

@@ -1,6 +1,6 @@
 """An interrupted run kills the arms it started, also one whose process started just before
 the interrupt but was registered in `live` just after it (a loaded machine stretches that
-gap: test_no_orphans' SIGINT case lost it twice in three suite runs beside a CPU hog)."""
+gap). Red with run_all's old single sweep of `live`: the run waited for the arm to end."""
 
 from __future__ import annotations
 

@@ -1,0 +1,61 @@
+"""The backend's own GEMM (ENGINE_CUPY_GEMM=own, engine/ops/cupy_gemm.cu) on a GPU: a row's
+bits at every row count, and the dot product it computes (marked `gpu`; skipped where cupy
+cannot run)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from engine.ops import cupy_problem
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(cupy_problem() is not None, reason=f"cupy backend: {cupy_problem()}"),
+]
+
+
+@pytest.fixture(scope="module")
+def own_ops():  # type: ignore[no-untyped-def]
+    from engine.ops.cupy_ops import CupyOps
+    from engine.ops.cupy_options import CupyOptions
+
+    return CupyOps(CupyOptions(gemm="own"))
+
+
+def test_own_gemm_keeps_a_rows_bits_at_every_row_count(own_ops) -> None:  # type: ignore[no-untyped-def]
+    """ENGINE_CUPY_GEMM=own: a row's output has the same bits alone as at each of the first
+    nine places, and at shuffled places, of launches of 1..70 and 512 rows (row groups of 8,
+    their last one short), beside any neighbours, for one and two outputs a warp and a tail
+    of outputs short of a block; and it is the dot product in f32 (against float64, to
+    rounding)."""
+    import cupy as cp
+
+    from engine.ops import cupy_gemm
+
+    rng = np.random.default_rng(21)
+    for n, k in ((1003, 256), (4096, 1024), (1024, 3072), (70001, 64)):
+        w_host = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+        w = own_ops.prepare_linear(w_host)
+        rows = rng.standard_normal((512, k)).astype(np.float32)
+        alone = [own_ops.to_numpy(own_ops.linear(own_ops.asarray(r[None]), w)) for r in rows[:9]]
+        for m in (*range(1, 71), 512):
+            got = own_ops.to_numpy(own_ops.linear(own_ops.asarray(rows[:m]), w))
+            for i in range(min(m, 9)):
+                assert got[i : i + 1].tobytes() == alone[i].tobytes(), (n, k, m, i)
+        shuffled = rng.permutation(512)[:40]
+        got = own_ops.to_numpy(own_ops.linear(own_ops.asarray(rows[shuffled]), w))
+        for j, i in enumerate(shuffled):
+            if i < 9:
+                assert got[j : j + 1].tobytes() == alone[i].tobytes(), (n, k, i)
+        x20 = own_ops.asarray(rows[:20])
+        twin = cp.asarray(rows[:20].astype(ml_dtypes.bfloat16).view(np.uint16))  # its bf16 bits
+        one, two = (cupy_gemm.gemm(own_ops, twin, 20, w, outs) for outs in (1, 2))
+        assert one.tobytes() == two.tobytes(), (n, k)  # outputs a warp: the same bits
+        assert own_ops.linear(x20, w).tobytes() == one.tobytes(), (n, k)
+        wb = w_host.astype(ml_dtypes.bfloat16).astype(np.float64)
+        xb = rows[:16].astype(ml_dtypes.bfloat16).astype(np.float64)
+        want = xb @ wb.T
+        got = own_ops.to_numpy(own_ops.linear(own_ops.asarray(rows[:16]), w))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
