@@ -1,5 +1,5 @@
 """The linear layers of a model's shape on the GPU: cuBLAS at the fixed row tile against the
-backend's own GEMM (ENGINE_CUPY_GEMM=own), per weight and row count, in GPU time (CUDA
+backend's own GEMMs (ENGINE_CUPY_GEMM=own and =mma), per weight and row count, in GPU time (CUDA
 events over 20 calls captured in one CUDA graph: launches from Python do not count), with the
 weight bytes read per second (docs/cupy.md).
 
@@ -45,12 +45,12 @@ def main() -> None:
     p.add_argument("--rows", type=int, nargs="+", default=[1, 8, 64, 512])
     p.add_argument("--json")
     a = p.parse_args()
-    sides = {"cublas": CupyOps(CupyOptions()), "own": CupyOps(CupyOptions(gemm="own"))}
+    sides = {g: CupyOps(CupyOptions(gemm=g)) for g in ("cublas", "own", "mma")}
     rng = np.random.default_rng(0)
     out = []
     print(
-        f"{'weight':8} {'N x K':>13} {'rows':>5} {'cublas us':>10} {'own us':>8} {'own/cublas':>10}"
-        f" {'own GB/s':>9}"
+        f"{'weight':8} {'N x K':>13} {'rows':>5} {'cublas us':>10} {'own us':>8} {'mma us':>8}"
+        f" {'mma/cublas':>10} {'mma GB/s':>9} {'mma TFLOP/s':>11}"
     )
     for name, (n, k) in shapes(a.model).items():
         w_host = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
@@ -61,7 +61,8 @@ def main() -> None:
             for s, ops in sides.items():
                 call = lambda o=ops, w=ws[s], x=x: o.linear(x, w)  # noqa: E731
                 us[s] = min(_gpu_ms(call) for _ in range(3)) * 1e3
-            gbs = n * k * 2 / (us["own"] * 1e-6) / 1e9
+            gbs = n * k * 2 / (us["mma"] * 1e-6) / 1e9
+            tflops = 2 * m * n * k / (us["mma"] * 1e-6) / 1e12
             row = {
                 "weight": name,
                 "n": n,
@@ -72,7 +73,7 @@ def main() -> None:
             out.append(row)
             print(
                 f"{name:8} {f'{n}x{k}':>13} {m:5d} {us['cublas']:10.1f} {us['own']:8.1f}"
-                f" {us['own'] / us['cublas']:10.2f} {gbs:9.0f}"
+                f" {us['mma']:8.1f} {us['mma'] / us['cublas']:10.2f} {gbs:9.0f} {tflops:11.1f}"
             )
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))

@@ -1,7 +1,11 @@
-"""The backend's own GEMM (cupy_gemm.cu), `ENGINE_CUPY_GEMM=own`: a warp per output and row
-in a fixed order that depends on K alone, so a row keeps its bits at every row count without
-cuBLAS's fixed row tile (no padding, no probe of batched calls). Its bits differ from
-cuBLAS's (another summation order): the choice is one value per deployment, like the tile.
+"""The backend's own GEMMs, one value per deployment like the row tile (their bits differ from
+cuBLAS's and from each other's: other summation orders):
+
+* `ENGINE_CUPY_GEMM=own` (cupy_gemm.cu): a warp per output and row group, CUDA cores;
+* `ENGINE_CUPY_GEMM=mma` (cupy_mma.cu): tensor cores, 16 weight rows by 8 x rows an mma.
+
+Each sums every output in an order that depends on K alone, so a row keeps its bits at every
+row count without cuBLAS's fixed row tile (no padding, no probe of batched calls).
 """
 
 from __future__ import annotations
@@ -10,14 +14,18 @@ from typing import Any
 
 import numpy as np
 
-ROWS, WARPS = 8, 8  # GEMM_ROWS, GEMM_WARPS of the kernel
+ROWS, WARPS = 8, 8  # GEMM_ROWS, GEMM_WARPS of the own kernel
 KERNELS = ("own_gemm1", "own_gemm2")
 WIDE = 4096  # outputs from which a warp takes two (more bytes in flight; the same bits)
+MMA_TILES = (1, 2, 4, 8)  # tiles of 8 x rows a warp takes (mma_gemm_T); not in the sums
+MMA_KERNELS = tuple(f"mma_gemm_{t}" for t in MMA_TILES)
+MMA_CHUNK, MMA_MAX_SLICES = 64, 8
 
 
-def fits(k: int) -> bool:
-    """Whether the kernel takes a reduction of k (16-byte loads of 8 bf16)."""
-    return k > 0 and k % 8 == 0
+def fits(kind: str, k: int) -> bool:
+    """Whether the kernel of `kind` takes a reduction of k (16-byte loads of 8 bf16; mma:
+    chunks of 64)."""
+    return k > 0 and k % (MMA_CHUNK if kind == "mma" else 8) == 0
 
 
 def gemm(ops: Any, xb: Any, m: int, w: Any, outs: int = 0) -> Any:
@@ -31,4 +39,24 @@ def gemm(ops: Any, xb: Any, m: int, w: Any, outs: int = 0) -> Any:
         grid = (-(-w.n // (WARPS * outs)), -(-m // ROWS))
         args = (xb, np.int64(xb.shape[1]), w.data, y, np.int32(m), np.int32(w.n), np.int32(w.k))
         ops.k[KERNELS[outs - 1]](grid, (32 * WARPS,), args)
+    return y
+
+
+def mma_tiles(m: int) -> int:
+    """Tiles of 8 x rows a warp takes at m rows: the fewest that cover m, at most 8."""
+    return next((t for t in MMA_TILES if 8 * t >= m), MMA_TILES[-1])
+
+
+def mma(ops: Any, xb: Any, m: int, w: Any, tiles: int = 0) -> Any:
+    """y [m, w.n] float32 on the tensor cores (cupy_mma.cu); `tiles` of 8 x rows a warp
+    (0: by m). The slices S depend on K alone; tiles never change a bit."""
+    import cupy as cp
+
+    y = cp.empty((m, w.n), dtype=cp.float32)
+    if m:
+        t = tiles or mma_tiles(m)
+        slices = min(MMA_MAX_SLICES, w.k // MMA_CHUNK)
+        grid = (-(-w.n // 16), -(-m // (8 * t)))
+        args = (xb, np.int64(xb.shape[1]), w.data, y, np.int32(m), np.int32(w.n), np.int32(w.k))
+        ops.k[f"mma_gemm_{t}"](grid, (32 * slices,), args, shared_mem=slices * 16 * 8 * t * 4)
     return y

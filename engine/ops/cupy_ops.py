@@ -38,7 +38,7 @@ from engine.ops.cupy_options import CupyOptions
 
 F32 = cp.float32
 # one module, in this order
-_SOURCES = ("cupy_kernels.cu", "cupy_attend.cu", "cupy_moe.cu", "cupy_gemm.cu")
+_SOURCES = ("cupy_kernels.cu", "cupy_attend.cu", "cupy_moe.cu", "cupy_gemm.cu", "cupy_mma.cu")
 
 
 @dataclass
@@ -101,7 +101,7 @@ class CupyOps:
             for n in (
                 "to_bf16", "rms_norm", "add_rms_norm", "rope", "silu_mul", "kv_store",
                 "kv_store2", "qk_norm_rope", "expert_gemv", "moe_route", "moe_gate_up",
-                "moe_down", *cupy_gemm.KERNELS,
+                "moe_down", *cupy_gemm.KERNELS, *cupy_gemm.MMA_KERNELS,
             )
         }  # fmt: skip
         self.attend_k = {
@@ -139,7 +139,7 @@ class CupyOps:
         return weight
 
     def _own_gemm(self, w: CupyWeight) -> bool:
-        return self.options.gemm == "own" and cupy_gemm.fits(w.k)
+        return self.options.gemm != "cublas" and cupy_gemm.fits(self.options.gemm, w.k)
 
     def _bf16_out(self, y: Any) -> Any:
         """The bf16 twin of a 2-D output y that a kernel is about to write (rows padded to
@@ -184,7 +184,8 @@ class CupyOps:
                 _blocks(padded * k), (256,), (x, xb, np.int64(m * k), np.int64(padded * k))
             )
         if self._own_gemm(w):
-            return cupy_gemm.gemm(self, xb, m, w)
+            own = cupy_gemm.mma if self.options.gemm == "mma" else cupy_gemm.gemm
+            return own(self, xb, m, w)
         y = cp.empty((padded, w.n), dtype=F32)
         xs, ys = k * 2, w.n * 4  # bytes per row
         for i in range(0, padded, t * w.batch):

@@ -16,7 +16,7 @@ from engine.errors import InputError
 # no prefill gain on the H200 (docs/cupy.md: a long step is GPU-bound, not launch-bound) and
 # cost a capture and memory per shape, so the default stays at a decode or verify step's size
 MAX_GRAPH_ROWS = 64
-GEMMS = ("cublas", "own")
+GEMMS = ("cublas", "own", "mma")
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,9 @@ class CupyOptions:
     # attention launches of fewer (row, head) pairs than this run one block per key group
     # and a merge (more SMs at work; the same bits: see attend_paged); 0: never
     attend_split: int = 512
-    # which GEMM runs the linear layers: "cublas" (at the fixed row tile) or "own"
-    # (cupy_gemm.cu: a warp per output, any row count); another summation, other bits
+    # which GEMM runs the linear layers: "cublas" (at the fixed row tile), "own" (cupy_gemm.cu:
+    # a warp per output, any row count) or "mma" (cupy_mma.cu: tensor cores, any row count);
+    # each another summation, other bits
     gemm: str = "cublas"
 
     def __post_init__(self) -> None:
@@ -49,7 +50,7 @@ class CupyOptions:
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> CupyOptions:
         """ENGINE_CUPY_ROW_TILE (a positive integer, default 8) and ENGINE_CUPY_GRAPHS
         (1 or 0, default 1), ENGINE_CUPY_ATTEND_SPLIT and ENGINE_CUPY_GRAPH_ROWS (integers
-        >= 0, default 512 and 64), ENGINE_CUPY_GEMM (cublas or own, default cublas); a bad
+        >= 0, default 512 and 64), ENGINE_CUPY_GEMM (cublas, own or mma, default cublas); a bad
         value is one InputError naming the variable."""
         env = os.environ if environ is None else environ
         tile = env.get("ENGINE_CUPY_ROW_TILE", "8").strip()

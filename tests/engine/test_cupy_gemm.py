@@ -1,6 +1,6 @@
-"""The backend's own GEMM (ENGINE_CUPY_GEMM=own, engine/ops/cupy_gemm.cu) on a GPU: a row's
-bits at every row count, and the dot product it computes (marked `gpu`; skipped where cupy
-cannot run)."""
+"""The backend's own GEMMs (ENGINE_CUPY_GEMM=own, engine/ops/cupy_gemm.cu, and =mma,
+cupy_mma.cu) on a GPU: a row's bits at every row count, and the dot product they compute
+(marked `gpu`; skipped where cupy cannot run)."""
 
 from __future__ import annotations
 
@@ -16,18 +16,19 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def own_ops():  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module", params=["own", "mma"])
+def own_ops(request):  # type: ignore[no-untyped-def]
     from engine.ops.cupy_ops import CupyOps
     from engine.ops.cupy_options import CupyOptions
 
-    return CupyOps(CupyOptions(gemm="own"))
+    return CupyOps(CupyOptions(gemm=request.param))
 
 
 def test_own_gemm_keeps_a_rows_bits_at_every_row_count(own_ops) -> None:  # type: ignore[no-untyped-def]
-    """ENGINE_CUPY_GEMM=own: a row's output has the same bits alone as at each of the first
-    nine places, and at shuffled places, of launches of 1..70 and 512 rows (row groups of 8,
-    their last one short), beside any neighbours, for one and two outputs a warp and a tail
+    """ENGINE_CUPY_GEMM=own and =mma: a row's output has the same bits alone as at each of the
+    first nine places, and at shuffled places, of launches of 1..70 and 512 rows (row groups
+    of 8, their last one short), beside any neighbours, for every way of cutting the work
+    (own: one and two outputs a warp; mma: 1, 2, 4 and 8 tiles of x rows a warp) and a tail
     of outputs short of a block; and it is the dot product in f32 (against float64, to
     rounding)."""
     import cupy as cp
@@ -51,8 +52,12 @@ def test_own_gemm_keeps_a_rows_bits_at_every_row_count(own_ops) -> None:  # type
                 assert got[j : j + 1].tobytes() == alone[i].tobytes(), (n, k, i)
         x20 = own_ops.asarray(rows[:20])
         twin = cp.asarray(rows[:20].astype(ml_dtypes.bfloat16).view(np.uint16))  # its bf16 bits
-        one, two = (cupy_gemm.gemm(own_ops, twin, 20, w, outs) for outs in (1, 2))
-        assert one.tobytes() == two.tobytes(), (n, k)  # outputs a warp: the same bits
+        if own_ops.options.gemm == "mma":
+            one, *cuts = (cupy_gemm.mma(own_ops, twin, 20, w, t) for t in cupy_gemm.MMA_TILES)
+        else:
+            one, *cuts = (cupy_gemm.gemm(own_ops, twin, 20, w, outs) for outs in (1, 2))
+        for cut in cuts:  # how the work is cut: the same bits
+            assert one.tobytes() == cut.tobytes(), (n, k)
         assert own_ops.linear(x20, w).tobytes() == one.tobytes(), (n, k)
         wb = w_host.astype(ml_dtypes.bfloat16).astype(np.float64)
         xb = rows[:16].astype(ml_dtypes.bfloat16).astype(np.float64)
