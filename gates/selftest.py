@@ -12,19 +12,18 @@ On the bundled model, with the engine of one commit (HEAD by default):
 
 from __future__ import annotations
 
-import copy
 import os
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from gates import EXIT_ARM_FAILED, EXIT_GATE_FAILED, EXIT_OK, BadInput
 from gates.judge.checks import equality
 from gates.plan import prompts
 from gates.plan.arm_config import ArmConfig
 from gates.plan.matrix import AXIS_DEFAULTS
+from gates.plan.request import PromptRequest
 from gates.run import refs
 from gates.run.contract import missing
 from gates.run.execute import ArmJob, base_env, capabilities, run_arm
@@ -32,33 +31,35 @@ from gates.run.results import ArmRun
 
 
 def _plant(
-    reqs: list[dict[str, Any]], base: ArmRun, max_tokens: int
-) -> tuple[list[dict[str, Any]], str | None, list[str]]:
+    reqs: list[PromptRequest], base: ArmRun, max_tokens: int
+) -> tuple[list[PromptRequest], str | None, list[str]]:
     """Planted copies: (requests, the id asking one more token, ids with a changed prompt)."""
-    out = copy.deepcopy(reqs)
+    out = list(reqs)
     by_id = {r.id: r for r in base.replies or []}
-    full = [
-        r
-        for r in out
-        if by_id[r["id"]].finish_reason == "length" and r.get("max_tokens", max_tokens) > 1
-    ]
+
+    def limit(r: PromptRequest) -> int:
+        return max_tokens if r.max_tokens is None else r.max_tokens
+
+    full = [i for i, r in enumerate(out) if by_id[r.id].finish_reason == "length" and limit(r) > 1]
     longer = None
     if full:
-        longer = full[0]["id"]
-        full[0]["max_tokens"] = full[0].get("max_tokens", max_tokens) + 1
+        longer = out[full[0]].id
+        out[full[0]] = out[full[0]].edited(max_tokens=limit(out[full[0]]) + 1)
     changed = []
-    for r in out:
+    for i, r in enumerate(out):
         if len(changed) == 2:
             break
-        if r["id"] == longer or r.get("max_tokens", max_tokens) < 2:
+        if r.id == longer or limit(r) < 2:
             continue
-        if "prompt_ids" in r:
-            r["prompt_ids"][-1] = 3 + (r["prompt_ids"][-1] - 2) % 997
-        elif "prompt" in r:
-            r["prompt"] = r["prompt"] + " Then stop."
+        if r.prompt_ids is not None:
+            ids = list(r.prompt_ids)
+            ids[-1] = 3 + (ids[-1] - 2) % 997
+            out[i] = r.edited(prompt_ids=ids)
+        elif r.prompt is not None:
+            out[i] = r.edited(prompt=r.prompt + " Then stop.")
         else:
             continue
-        changed.append(r["id"])
+        changed.append(r.id)
     return out, longer, changed
 
 
@@ -122,10 +123,10 @@ def main(
 
 def _runner(
     worktree: Path, config: ArmConfig, model_dir: Path, scratch: Path, env: dict[str, str]
-) -> Callable[[str, list[dict[str, Any]]], ArmRun]:
+) -> Callable[[str, list[PromptRequest]], ArmRun]:
     """Run the selftest's arm on some requests (tag: first, second, planted)."""
 
-    def run(tag: str, requests: list[dict[str, Any]]) -> ArmRun:
+    def run(tag: str, requests: list[PromptRequest]) -> ArmRun:
         job = ArmJob(
             key=f"selftest-{tag}",
             label=tag,

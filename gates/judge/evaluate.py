@@ -9,7 +9,6 @@ not run; otherwise it holds if any entry held.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from gates.judge.checks import equality
 from gates.judge.kinds import kind_of
@@ -18,6 +17,8 @@ from gates.plan import build as plan
 from gates.plan.arm_config import ArmConfig
 from gates.plan.build import Arm, Check, PairCheck, Plan
 from gates.plan.matrix import Gate, Matrix
+from gates.plan.request import PromptRequest
+from gates.plan.rule import Sets
 from gates.run.results import ArmResult, ArmRun, Status
 
 MAX_DIFFS = 5  # per comparison, kept in the manifest
@@ -118,7 +119,7 @@ def _comparison(
     c: plan.Comparison,
     rows: Rows,
     results: Runs,
-    requests: dict[str, dict[str, Any]],
+    requests: dict[str, PromptRequest],
     decode: equality.Decoder | None,
 ) -> Comparison:
     a_name, b_name = pair_names(c.a, c.b)
@@ -145,7 +146,7 @@ def _check(
     rows: Rows,
     results: Runs,
     gate: Gate,
-    sets: dict[str, list[dict[str, Any]]],
+    sets: Sets,
 ) -> Comparison:
     """A check of one arm (resource, schedule) or of base against head (behaviour), judged
     by the gate's rule once its arms ran ok."""
@@ -192,7 +193,7 @@ def evaluate(
     plan: Plan,
     results: Runs,
     rows: Rows,
-    sets: dict[str, list[dict[str, Any]]],
+    sets: Sets,
     decoders: dict[str, equality.Decoder | None],
 ) -> list[GateResult]:
     out = []
@@ -201,7 +202,7 @@ def evaluate(
         for c in plan.comparisons:
             if c.gate == gate.name:
                 cfg = c.b.config
-                reqs = {r["id"]: r for r in sets[cfg.prompts]}
+                reqs = {r.id: r for r in sets[cfg.prompts]}
                 entries.append(_comparison(c, rows, results, reqs, decoders.get(cfg.model)))
         for rc in [*plan.checks, *plan.pairs]:
             if rc.gate == gate.name:

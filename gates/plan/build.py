@@ -8,15 +8,14 @@ deduplicated, so gates that need the same run share it. Each gate's rule plans i
 
 from __future__ import annotations
 
-from typing import Any
-
 from gates.plan.matrix import Matrix
 from gates.plan.planned import Arm, ArmCheck, Check, Comparison, PairCheck, Plan, label
+from gates.plan.rule import Sets
 
 __all__ = ["Arm", "ArmCheck", "Check", "Comparison", "PairCheck", "Plan", "build", "label"]
 
 
-def build(m: Matrix, prompt_sets: dict[str, list[dict[str, Any]]]) -> Plan:
+def build(m: Matrix, prompt_sets: Sets) -> Plan:
     """Expand every gate of the matrix into arms and comparisons: each gate's rule plans
     its own (gates/judge/kinds), a rule that checks other rules' arms last.
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from gates import BadInput
 from gates.plan import build as plan
 from gates.plan import hashes, matrix, prompts
-from gates.plan.rule import Kinds
+from gates.plan.rule import Kinds, Sets
 
 
 def _matrix_path(root: Path, name: str) -> Path:
@@ -38,7 +37,7 @@ class Inputs:
     root: Path
     mpath: Path
     m: matrix.Matrix
-    sets: dict[str, list[dict[str, Any]]]
+    sets: Sets
     models: dict[str, Path]
     the_plan: plan.Plan
     fixtures: dict[str, str]

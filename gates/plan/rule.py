@@ -17,9 +17,10 @@ from gates import BadInput
 from gates.plan.axes import AXES, SIDES, fail, norm_value, norm_values, number
 from gates.plan.planned import Arm, Plan, matches
 from gates.plan.point import Point
+from gates.plan.request import PromptRequest
 
 Where = dict[str, list[Any]]  # axis -> the values a rule is limited to
-Sets = dict[str, list[dict[str, Any]]]  # prompt set name -> its requests
+Sets = dict[str, list[PromptRequest]]  # prompt set name -> its requests
 Kinds = Mapping[str, type["Rule"]]  # YAML key -> its rule class (the judge phase's KINDS)
 
 

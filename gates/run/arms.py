@@ -19,6 +19,8 @@ from typing import Any
 from gates import HARNESS_VERSION
 from gates.plan import prompts
 from gates.plan.build import Arm
+from gates.plan.request import PromptRequest
+from gates.plan.rule import Sets
 from gates.run import blas, refs, served, store
 from gates.run import envs as envs_mod
 from gates.run.capabilities import Capabilities
@@ -76,7 +78,7 @@ def finished(row: ArmResult, run: ArmRun) -> ArmResult:
 class ArmRunner:
     sides: dict[str, refs.Side]
     caps: dict[str, tuple[Capabilities | None, str]]
-    sets: dict[str, list[dict[str, Any]]]
+    sets: Sets
     models: dict[str, Path]
     fixtures: dict[str, str]
     st: store.Store
@@ -210,21 +212,19 @@ class ArmRunner:
         )
         self.results[arm] = ArmRun(status, reason=f"its plain twin did not run ({why})")
 
-    def _requests(
-        self, arm: Arm, caps: Capabilities
-    ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    def _requests(self, arm: Arm, caps: Capabilities) -> tuple[list[PromptRequest], dict[str, str]]:
         """The arm's request lines, and those dropped (id -> why): a request key its engine
         lacks (an older engine would ignore it and answer another request), or one its
         server cannot serve."""
         cfg, known = arm.config, request_keys(caps)
         lines, dropped = [], {}
         for r in prompts.requests_for(self.sets[cfg.prompts], cfg.max_tokens, cfg.resumed):
-            unknown = sorted(set(r) - known)
+            unknown = sorted(set(r.keys) - known)
             why = served.unservable(r, caps.serve) if cfg.served else None
             if unknown:
-                dropped[r["id"]] = f"the {arm.side} engine has no request key {unknown[0]}"
+                dropped[r.id] = f"the {arm.side} engine has no request key {unknown[0]}"
             elif why:
-                dropped[r["id"]] = f"served: {why}"
+                dropped[r.id] = f"served: {why}"
             else:
                 lines.append(r)
         return lines, dropped

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gates.plan.arm_config import ArmConfig
+from gates.plan.request import PromptRequest
 from gates.run.capabilities import Serve
 from gates.run.contract import REPLY_KEYS, SERVE_CHOICE_KEYS, engine_args
 from gates.run.execute import ArmJob, tail
@@ -47,16 +48,16 @@ class ServedError(Exception):
     """The server broke the contract or went away: the arm crashed, with this reason."""
 
 
-def unservable(line: dict[str, Any], serve: Serve | None) -> str | None:
+def unservable(line: PromptRequest, serve: Serve | None) -> str | None:
     """Why a request line cannot be sent through the served API (None: it can)."""
-    if line.get("kind", "complete") != "complete":
-        return f"the served API has no {line['kind']} kind"
-    other = sorted(set(line) - set(CLIENT_KEYS))
+    if line.kind != "complete":
+        return f"the served API has no {line.kind} kind"
+    other = sorted(set(line.keys) - set(CLIENT_KEYS))
     if other:
         return f"a client cannot send {other[0]} (the server has no such field)"
     known = set(serve.request_keys or ()) if serve is not None else set()
     for k in ("temperature", "seed", *EXTRA_BODY):
-        if k in line and k not in known:
+        if k in line.keys and k not in known:
             return f"the server reads no {k}"
     return None
 
@@ -181,23 +182,23 @@ def _streamed(rid: str, events: Any, chat: bool, cancel: int | None) -> dict[str
     return {**reply, "text": None} if cut else reply
 
 
-def send(client: Any, model: str, line: dict[str, Any], stream: bool) -> dict[str, Any]:
-    """One request line through the openai client -> a reply shaped like `engine run`'s."""
+def send(client: Any, model: str, line: PromptRequest, stream: bool) -> dict[str, Any]:
+    """One request line through the openai client -> a reply shaped like `engine run`'s.
+    What the client sends is the line's JSON: its fields go out as they are."""
     import openai
 
-    rid, chat = str(line["id"]), "messages" in line
-    cancel = line.get("cancel_after")
-    kw: dict[str, Any] = {"model": model}
-    kw.update({k: line[k] for k in ("temperature", "seed") if k in line})
-    extra = {k: line[k] for k in EXTRA_BODY if k in line}
+    rid, chat, cancel = line.id, line.is_chat, line.cancel_after
+    body = line.to_json()
+    kw = {"model": model, **{k: body[k] for k in ("temperature", "seed") if k in body}}
+    extra = {k: body[k] for k in EXTRA_BODY if k in body}
     if extra:
         kw["extra_body"] = extra
     if chat:
         call = client.chat.completions.create
-        kw.update(messages=line["messages"], max_completion_tokens=line["max_tokens"])
+        kw.update(messages=body["messages"], max_completion_tokens=line.max_tokens)
     else:
         call = client.completions.create
-        kw.update(prompt=line.get("prompt", line.get("prompt_ids")), max_tokens=line["max_tokens"])
+        kw.update(prompt=body[line.prompt_key], max_tokens=line.max_tokens)
     try:
         if stream or cancel is not None:
             return _streamed(rid, call(stream=True, **kw), chat, cancel)
@@ -206,7 +207,7 @@ def send(client: Any, model: str, line: dict[str, Any], stream: bool) -> dict[st
         return {"id": rid, "ids": [], "finish_reason": "error", "error": str(exc.message)}
 
 
-def drive(base: str, model: str, lines: list[dict[str, Any]], cfg: ArmConfig, timeout: float):
+def drive(base: str, model: str, lines: list[PromptRequest], cfg: ArmConfig, timeout: float):
     """Every line through the API: all at once (each at its arrival), or one at a time."""
     import openai
 
@@ -214,20 +215,20 @@ def drive(base: str, model: str, lines: list[dict[str, Any]], cfg: ArmConfig, ti
     stream = cfg.served == "stream"
     try:
         if cfg.serial:
-            order = sorted(lines, key=lambda r: r.get("arrival", 0.0))
-            got = {r["id"]: send(client, model, r, stream) for r in order}
+            order = sorted(lines, key=lambda r: r.arrival)
+            got = {r.id: send(client, model, r, stream) for r in order}
         else:
             t0 = time.monotonic()
 
-            def one(r: dict[str, Any]) -> dict[str, Any]:
-                time.sleep(max(0.0, t0 + float(r.get("arrival", 0.0)) - time.monotonic()))
+            def one(r: PromptRequest) -> dict[str, Any]:
+                time.sleep(max(0.0, t0 + r.arrival - time.monotonic()))
                 return send(client, model, r, stream)
 
             with ThreadPoolExecutor(max_workers=max(1, len(lines))) as pool:
-                got = {r["id"]: x for r, x in zip(lines, pool.map(one, lines), strict=True)}
+                got = {r.id: x for r, x in zip(lines, pool.map(one, lines), strict=True)}
     finally:
         client.close()
-    return [got[r["id"]] for r in lines]
+    return [got[r.id] for r in lines]
 
 
 def idle_metrics(base: str) -> dict[str, Any]:
@@ -270,7 +271,11 @@ def _served(job: ArmJob, live: set[subprocess.Popen] | None, device: str | None)
     shutil.rmtree(wd, ignore_errors=True)
     wd.mkdir(parents=True)
     err = wd / "stderr.txt"
-    lines = [json.loads(ln) for ln in job.requests.decode().splitlines() if ln.strip()]
+    lines = [
+        PromptRequest.from_json(json.loads(ln))
+        for ln in job.requests.decode().splitlines()
+        if ln.strip()
+    ]
     if importlib.util.find_spec("openai") is None:
         return {
             "status": "crashed",

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from gates.judge.checks import equality
+from gates.plan.request import PromptRequest
 from gates.run.reply import Reply
 from gates.run.results import ArmRun, Status
 
@@ -50,6 +51,11 @@ def arm(*replies: dict) -> ArmRun:
 
 def r(rid: str, ids: list[int], **kw) -> dict:
     return {"id": rid, "ids": ids, "finish_reason": "length", **kw}
+
+
+def Q(rid: str, prompt: str) -> PromptRequest:
+    """A prompt request, as a prompt set's line gives one."""
+    return PromptRequest.from_json({"id": rid, "prompt": prompt})
 
 
 def letters(ids: list[int]) -> str:
@@ -103,12 +109,12 @@ def test_a_token_difference_record_without_a_decoder() -> None:
     a = r("x", [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], margins=[3, -1.0, 0.5, "?"], text="A")
     a["prompt_tokens"] = 7
     b = r("x", [1, 9], margins=[3, 0.25], text="B", finish_reason="stop")
-    got = _diff("x", a, b, {"prompt": "hi"}, None)
+    got = _diff("x", a, b, Q("x", "hi"), None)
     assert got == {
         "id": "x",
         "kind": "tokens",
         "prompt_tokens": 7,
-        "request": {"prompt": "hi"},
+        "request": {"id": "x", "prompt": "hi"},
         "a_len": 11,
         "b_len": 2,
         "a_finish": "length",
@@ -179,13 +185,13 @@ def test_a_bits_record_at_a_token() -> None:
     a = r("b", ids, margins=[1.0] * 3 + [0.5], logit_hashes=["a"] * 12, prompt_tokens=3)
     b = r("b", ids, margins=[1.0] * 3 + [0.5], logit_hashes=["a"] * 3 + ["z"] * 9)
     b["finish_reason"] = "stop"
-    got = _bits_diff("b", a, b, ("logit_hashes", 3), {"p": 1}, None)
+    got = _bits_diff("b", a, b, ("logit_hashes", 3), Q("b", "p"), None)
     assert got == {
         "id": "b",
         "kind": "bits",
         "bits_of": "logit_hashes",
         "prompt_tokens": 3,
-        "request": {"p": 1},
+        "request": {"id": "b", "prompt": "p"},
         "index": 3,
         "a_len": 12,
         "b_len": 12,
@@ -227,7 +233,7 @@ def test_equal_ids_with_a_shorter_hash_list_is_a_bits_record() -> None:
 
 def test_a_fields_record() -> None:
     a = r("f", [1, 2, 3], prompt_tokens=4)
-    got = _fields_diff("f", a, ("text", "ab", "ac"), {"q": 2})
+    got = _fields_diff("f", a, ("text", "ab", "ac"), Q("f", "q"))
     assert got == {
         "id": "f",
         "kind": "fields",
@@ -235,7 +241,7 @@ def test_a_fields_record() -> None:
         "a_value": "ab",
         "b_value": "ac",
         "prompt_tokens": 4,
-        "request": {"q": 2},
+        "request": {"id": "f", "prompt": "q"},
         "index": None,
         "a_len": 3,
         "b_len": 3,
@@ -267,7 +273,7 @@ def test_compare_counts_skips_and_kinds() -> None:
         r("drop", [9]),
         r("only_b", [1]),
     )
-    requests = {"tok": {"prompt": "t"}, "gone": {"prompt": "g"}}
+    requests = {"tok": Q("tok", "t"), "gone": Q("gone", "g")}
     got = equality.compare(a, b, requests=requests, dropped={"drop": "timed out"})
     assert (got.matched, got.total, got.all_equal) == (1, 5, False)
     assert got.skipped == [
@@ -277,12 +283,13 @@ def test_compare_counts_skips_and_kinds() -> None:
     ]
     kinds = [(d["id"], d.get("kind")) for d in got.diffs]
     assert kinds == [("tok", "tokens"), ("bits", "bits"), ("field", "fields"), ("gone", None)]
-    assert got.diffs[0]["request"] == {"prompt": "t"} and got.diffs[1]["request"] is None
+    assert got.diffs[0]["request"] == {"id": "tok", "prompt": "t"}
+    assert got.diffs[1]["request"] is None
     assert got.diffs[3] == {
         "id": "gone",
         "missing": True,
         "index": None,
-        "request": {"prompt": "g"},
+        "request": {"id": "gone", "prompt": "g"},
     }
     assert (got.diffs[2]["a_value"], got.diffs[2]["b_value"]) == ("x", "y")
 
@@ -291,10 +298,10 @@ def test_compare_passes_each_record_its_request_and_decoder() -> None:
     same = [r("s1", [7]), r("s2", [8])]
     a = arm(r("t", [1, 2]), r("b", [3], margins=[1.0]), r("f", [4], served=True, text="x"), *same)
     b = arm(r("t", [1, 5]), r("b", [3], margins=[2.0]), r("f", [4], served=True, text="y"), *same)
-    requests = {k: {"prompt": k} for k in ("t", "b", "f")}
+    requests = {k: Q(k, k) for k in ("t", "b", "f")}
     got = equality.compare(a, b, requests=requests, decode=letters)
     assert (got.matched, got.total) == (2, 5)
-    assert [d["request"] for d in got.diffs] == [{"prompt": k} for k in ("t", "b", "f")]
+    assert [d["request"] for d in got.diffs] == [{"id": k, "prompt": k} for k in "tbf"]
     tok, bits, _ = got.diffs
     assert (tok["id"], tok["a_text"], tok["b_text"], tok["common_text"]) == ("t", "c", "f", "b")
     assert (bits["id"], bits["a_text"]) == ("b", "d")

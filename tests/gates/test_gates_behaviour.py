@@ -14,6 +14,7 @@ from gates.judge.kinds import KINDS
 from gates.judge.kinds.schedule import SCHEDULE_METRICS
 from gates.plan import build as plan
 from gates.plan import matrix
+from gates.plan.request import PromptRequest
 from gates.report.receipt import failures
 
 
@@ -272,7 +273,7 @@ gates:
 """
     (tmp_path / "m.yaml").write_text(body)
     m = matrix.load(tmp_path / "m.yaml", KINDS)
-    pl = plan.build(m, {"p": [{"id": "a", "prompt_ids": [1]}]})
+    pl = plan.build(m, {"p": [PromptRequest.from_json({"id": "a", "prompt_ids": [1]})]})
     rows = [c for c in pl.comparisons if c.gate == "rows"]
     assert len(rows) == 1 and rows[0].a.config.blas == "row-variant"
     assert "blas=row-variant" in rows[0].b.name

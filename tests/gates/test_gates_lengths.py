@@ -12,6 +12,7 @@ from gates.judge.kinds.lengths import problems
 from gates.judge.results import Cell
 from gates.plan import build as plan
 from gates.plan import matrix
+from gates.plan.request import PromptRequest
 from gates.report.receipt.render import cell_text
 from gates.run.reply import Reply
 from gates.run.results import ArmRun, Status
@@ -27,7 +28,10 @@ gates:
   - name: replies keep max_tokens
     lengths: {}
 """
-SET = [{"id": "a", "prompt_ids": [1]}, {"id": "b", "prompt_ids": [2], "max_tokens": 2}]
+SET = [
+    PromptRequest.from_json(d)
+    for d in ({"id": "a", "prompt_ids": [1]}, {"id": "b", "prompt_ids": [2], "max_tokens": 2})
+]
 
 
 def load(tmp_path: Path, text: str = MATRIX) -> matrix.Matrix:
@@ -58,7 +62,7 @@ def test_a_bad_lengths_rule_names_its_key(tmp_path: Path):
 
 
 def test_replies_within_max_tokens_hold():
-    reqs = {r["id"]: r for r in SET}
+    reqs = {r.id: r for r in SET}
     ok = run(
         {"id": "a", "ids": [5, 6, 7, 8], "finish_reason": "length"},
         {"id": "b", "ids": [5], "finish_reason": "stop"},  # eos before its own limit of 2
@@ -70,7 +74,7 @@ def test_replies_within_max_tokens_hold():
 def test_one_token_too_many_or_a_short_length_fails():
     """The planted engine bugs: a stream that runs past max_tokens, and one that stops short
     of it but says ``length``."""
-    reqs = {r["id"]: r for r in SET}
+    reqs = {r.id: r for r in SET}
     over = run({"id": "b", "ids": [5, 6, 7], "finish_reason": "length"})
     assert problems(over, reqs, 4) == ["`b`: 3 tokens, max_tokens 2"]
     short = run({"id": "a", "ids": [5, 6, 7], "finish_reason": "length"})
@@ -93,7 +97,8 @@ def test_a_resumed_arms_first_turn_keeps_its_own_requests_max_tokens(tmp_path: P
     # A resumed arm first sends each two-turn request's first turn (`c/turn1`), with that
     # request's max_tokens (2), not the matrix's (4): quick's conv2 failed this way.
     m = load(tmp_path)
-    two_turn = [{"id": "c", "prompt_ids": [1, 2, 3], "resume_from": 2, "max_tokens": 2}]
+    line = {"id": "c", "prompt_ids": [1, 2, 3], "resume_from": 2, "max_tokens": 2}
+    two_turn = [PromptRequest.from_json(line)]
     p = plan.build(m, {"p": two_turn})
     check = next(c for c in p.checks if c.gate == "replies keep max_tokens")
     rule = m.gates[1].rule

@@ -11,6 +11,7 @@ from gates.__main__ import main
 from gates.judge.kinds import KINDS
 from gates.plan import build as plan
 from gates.plan import matrix, prompts
+from gates.plan.request import PromptRequest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -135,7 +136,7 @@ gates:
   - {name: pages, resource: {}}
 """
     m = matrix.load(write(tmp_path, text), KINDS)
-    sets = {"p": [{"id": "a", "prompt_ids": [1, 2, 3], "resume_from": 2}]}
+    sets = {"p": [PromptRequest.from_json({"id": "a", "prompt_ids": [1, 2, 3], "resume_from": 2})]}
     p = plan.build(m, sets)
     main_c = [c for c in p.comparisons if c.gate == "main"]
     assert len(main_c) == 8  # flags left unset
@@ -158,7 +159,7 @@ gates:
 def test_drafter_models_reach_the_arms_of_that_drafter(tmp_path):
     text = BASE + "axes: {drafter: [none, block, noisy]}\ndrafter_models: {block: d/blk}\n"
     m = matrix.load(write(tmp_path, text), KINDS)
-    p = plan.build(m, {"p": [{"id": "a", "prompt_ids": [1]}]})
+    p = plan.build(m, {"p": [PromptRequest.from_json({"id": "a", "prompt_ids": [1]})]})
     by = {a.config.drafter: a.config for a in p.arms}
     assert by["block"].drafter_model == "d/blk"
     assert by["none"].drafter_model is None and by["noisy"].drafter_model is None
@@ -178,13 +179,17 @@ def test_resumed_requests_send_first_turns_first():
         {"id": "i", "prompt_ids": [5, 6, 7, 8], "resume_from": 2, "note": "x"},
         {"id": "plain", "prompt_ids": [1], "max_tokens": 1},
     ]
-    reqs = prompts.requests_for(s, 9, resumed=True)
+    typed = [PromptRequest.from_json(d) for d in s]
+    reqs = [r.to_json() for r in prompts.requests_for(typed, 9, resumed=True)]
     assert [r["id"] for r in reqs] == ["c/turn1", "i/turn1", "c", "i", "plain"]
     assert reqs[0]["messages"] == s[0]["messages"][:1]
     assert (
         reqs[1]["prompt_ids"] == [5, 6] and "resume_from" not in reqs[1] and "note" not in reqs[3]
     )
     assert reqs[4]["max_tokens"] == 1 and reqs[2]["max_tokens"] == 9
+    # the lines keep their keys' order: the turn's prompt and id where the request had them
+    assert list(reqs[1]) == ["id", "prompt_ids", "max_tokens"]
+    assert (typed[1].note, typed[1].resume_from, typed[2].max_tokens) == ("x", 2, 1)
 
 
 @pytest.mark.parametrize(
@@ -195,6 +200,13 @@ def test_resumed_requests_send_first_turns_first():
         ('{"id": "a", "prompt_ids": []}', "prompt_ids: expected a non-empty list"),
         ('{"id": "a", "prompt_ids": [1, 2], "resume_from": 2}', "resume_from"),
         ("not json", "not JSON"),
+        ('{"id": "ok", "prompt": "y"}', "id: 'ok' is used twice"),
+        ('{"id": "a", "prompt": 5}', "prompt: expected a string, got 5"),
+        ('{"id": "a", "prompt": "x", "max_tokens": "5"}', "max_tokens: expected an int"),
+        ('{"id": "a", "prompt": "x", "max_tokens": true}', "max_tokens: expected an int"),
+        ('{"id": "a", "prompt": "x", "arrival": "soon"}', "arrival: expected a number"),
+        ('{"id": "a", "prompt": "x", "note": 3}', "note: expected a string"),
+        ('{"id": "a", "messages": ["hi"]}', "messages: expected a list of objects"),
     ],
 )
 def test_bad_prompt_set(tmp_path, line, msg):
@@ -206,10 +218,25 @@ def test_bad_prompt_set(tmp_path, line, msg):
 
 def test_bundled_prompt_sets_straddle_edges():
     edges = prompts.load(REPO / "fixtures" / "prompts" / "edges.jsonl")
-    lengths = {len(r["prompt_ids"]) for r in edges if "prompt_ids" in r}
+    lengths = {len(r.prompt_ids) for r in edges if r.prompt_ids is not None}
     assert {1, 15, 16, 17, 63, 64, 65, 129} <= lengths
-    assert all(i < 1000 for r in edges if "prompt_ids" in r for i in r["prompt_ids"])
+    assert all(i < 1000 for r in edges for i in r.prompt_ids or ())
     chats = prompts.load(REPO / "fixtures" / "prompts" / "chats.jsonl")
     assert len(prompts.resumable_ids(chats)) == len(chats)
     bursts = prompts.load(REPO / "fixtures" / "prompts" / "bursts.jsonl")
-    assert sum(r.get("max_tokens") == 1 for r in bursts) >= 16
+    assert sum(r.max_tokens == 1 for r in bursts) >= 16
+
+
+def test_the_engine_request_file_is_each_lines_json_with_its_keys_sorted():
+    """The bytes that are hashed into the result store's keys (as before requests were
+    typed): each engine line's JSON, keys sorted, the arm's max_tokens where the line
+    names none, the harness keys gone; to_json gives the line back as it was read."""
+    a = {"prompt": "é x", "id": "a", "note": "n"}
+    b = {"id": "b", "prompt_ids": [3, 1], "max_tokens": 2, "arrival": 0.5, "seed": 9}
+    s = [PromptRequest.from_json(d) for d in (a, b)]
+    assert [list(r.to_json()) for r in s] == [list(a), list(b)]
+    assert (s[0].prompt, s[1].prompt_ids, s[1].arrival, s[0].arrival) == ("é x", (3, 1), 0.5, 0)
+    assert prompts.encode(prompts.requests_for(s, 7)) == (
+        b'{"id": "a", "max_tokens": 7, "prompt": "\\u00e9 x"}\n'
+        b'{"arrival": 0.5, "id": "b", "max_tokens": 2, "prompt_ids": [3, 1], "seed": 9}\n'
+    )

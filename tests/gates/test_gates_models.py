@@ -15,6 +15,7 @@ from gates.judge.kinds import KINDS
 from gates.plan import build as plan
 from gates.plan import matrix
 from gates.plan.inputs import load_inputs
+from gates.plan.request import PromptRequest
 
 MOE_DIR = "fixtures/models/stub-moe"
 TWO = SMALL.replace(
@@ -41,7 +42,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_two_models_double_the_points_and_name_the_model(tmp_path):
     m = matrix.load(write(tmp_path, TWO), KINDS)
-    p = plan.build(m, {"t": [{"id": "a", "prompt_ids": [1, 2]}]})
+    p = plan.build(m, {"t": [PromptRequest.from_json({"id": "a", "prompt_ids": [1, 2]})]})
     assert {a.config.model for a in p.arms} == {"fixtures/models/stub", MOE_DIR}
     assert all(a.name.split()[0] in ("stub", "stub-moe") for a in p.arms)
     per_model = {c.b.config.model for c in p.comparisons if c.gate == "concurrent == solo"}

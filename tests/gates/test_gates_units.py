@@ -5,6 +5,7 @@ from __future__ import annotations
 from conftest import ran, run_gates
 from gates.judge.checks import equality
 from gates.judge.results import GateResult
+from gates.plan.request import PromptRequest
 from gates.report.receipt import failures, render
 from gates.run.results import ArmResult, Status
 
@@ -41,7 +42,8 @@ def test_compare_counts_and_divergence():
             reply("e", [], finish="error", error="too long"),
         ]
     }
-    got = equality.compare(ran(a), ran(b), requests={"x": {"id": "x", "prompt": "hi"}})
+    hi = PromptRequest.from_json({"id": "x", "prompt": "hi"})
+    got = equality.compare(ran(a), ran(b), requests={"x": hi})
     assert (got.matched, got.total) == (1, 2)
     assert got.skipped[0]["id"] == "e"
     d = got.diffs[0]

@@ -17,6 +17,7 @@ from gates.judge.kinds.resource import RESOURCE_LIMITS
 from gates.plan import build as plan
 from gates.plan import matrix, prompts
 from gates.plan.arm_config import ArmConfig
+from gates.plan.request import PromptRequest
 from gates.power import plants
 from gates.run import contract, served
 from gates.run.capabilities import Serve
@@ -41,7 +42,7 @@ gates:
 def test_served_rules_plan_their_arms(tmp_path):
     (tmp_path / "m.yaml").write_text(RULES)
     m = matrix.load(tmp_path / "m.yaml", KINDS)
-    p = plan.build(m, {"p": [{"id": "a", "prompt_ids": [1, 2]}]})
+    p = plan.build(m, {"p": [PromptRequest.from_json({"id": "a", "prompt_ids": [1, 2]})]})
     by = {g: [c for c in p.comparisons if c.gate == g] for g in ("offline", "main", "solo")}
     # 2 flag sets x 2 modes; both parallel points fold into the rule's parallel 2
     assert len(by["offline"]) == 4
@@ -80,10 +81,14 @@ def test_a_bad_served_rule_names_its_key(tmp_path, body, key):
 def test_lines_a_client_cannot_send_are_left_out_with_a_reason():
     serve = Serve(request_keys=("prompt", "max_tokens", "temperature", "seed", "stop_ids"))
     ok = {"id": "a", "prompt": "x", "max_tokens": 3, "seed": 2, "cancel_after": 1}
-    assert served.unservable(ok, serve) is None
-    assert "embed" in served.unservable({**ok, "kind": "embed"}, serve)
-    assert "cancel_after_rows" in served.unservable({**ok, "cancel_after_rows": 4}, serve)
-    assert "priority" in served.unservable({**ok, "priority": "background"}, serve)
+
+    def why(**more: object) -> str | None:
+        return served.unservable(PromptRequest.from_json({**ok, **more}), serve)
+
+    assert why() is None
+    assert why(kind="embed") == "the served API has no embed kind"
+    assert "cancel_after_rows" in (why(cancel_after_rows=4) or "")
+    assert "priority" in (why(priority="background") or "")
 
 
 def test_a_server_without_the_bits_is_not_comparable(stub_repo):
@@ -107,6 +112,7 @@ LINES = [
     {"id": "late", "prompt_ids": [3, 4], "arrival": 0.05, "ignore_eos": True, "max_tokens": 5},
     {"id": "toolong", "prompt_ids": [9] * 1030, "max_tokens": 2},
 ]
+TYPED = [PromptRequest.from_json(d) for d in LINES]
 
 
 def job(tmp_path: Path, worktree: Path, mode: str | None, name: str) -> ArmJob:
@@ -131,7 +137,7 @@ def job(tmp_path: Path, worktree: Path, mode: str | None, name: str) -> ArmJob:
         worktree=worktree,
         config=cfg,
         model=MODEL,
-        requests=prompts.encode(prompts.requests_for(LINES, 6)),
+        requests=prompts.encode(prompts.requests_for(TYPED, 6)),
         timeout=120,
         workdir=tmp_path / "runs" / name,
         env=base_env(worktree, "numpy", {}, tmp_path / "cache"),
@@ -148,7 +154,7 @@ def test_served_equals_offline_and_planted_server_bugs_show(tmp_path):
     }
     caps, why = capabilities(REPO, tmp_path / "cache")
     assert caps is not None, why
-    for line in LINES:
+    for line in TYPED:
         assert served.unservable(line, caps.serve) is None, line
     offline = run_arm(job(tmp_path, REPO, None, "offline"))
     assert offline.ok, offline

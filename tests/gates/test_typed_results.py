@@ -52,6 +52,13 @@ TYPED = (
     "gates.run.contract",
     "gates.plan.planned",
     "gates.plan.point",
+    "gates.plan.request",
+    "gates.plan.prompts",
+    "gates.plan.rule",
+    "gates.plan.build",
+    "gates.judge.kinds.lengths",
+    "gates.judge.kinds.resumed",
+    "gates.judge.kinds.schedule",
 )
 
 # (module, function, parameter or "return"): what the dict is, since it is not a result
@@ -71,16 +78,14 @@ ALLOWED = {
     ("gates.run.results", "__init__", "replies"): "reply summaries: id, token count, hash",
     ("gates.run.results", "__init__", "trace"): "the engine's schedule trace, as it wrote it",
     ("gates.power.run", "failed_gates", "manifest"): "manifest, read through gates_of",
-    ("gates.judge.evaluate", "*", "requests"): "prompt requests, not results",
-    ("gates.judge.evaluate", "*", "sets"): "prompt sets, not results",
+    ("gates.plan.request", "to_json", "return"): "a request line as written out: the engine's "
+    "request file, a differing request in the manifest",
     ("gates.report.receipt.failures", "*", "d"): "one differing request of a comparison, shown",
     ("gates.run.store", "arm_key", "config"): "JSON being hashed: ArmConfig.to_json and what "
     "joins it in the key (the served client's version, the plain twin's key)",
     ("gates.run.store", "fingerprint", "m"): "the machine's description, not a result",
     ("gates.run.store", "get", "return"): "JSON on disk: arm runs are read by ArmRun.from_json",
     ("gates.run.store", "put", "value"): "JSON on disk: arm runs are written by ArmRun.to_json",
-    ("gates.run.served", "*", "line"): "one request line, not a result",
-    ("gates.run.served", "*", "lines"): "request lines, not results",
     ("gates.run.served", "_get", "return"): "a server's JSON answer",
     ("gates.run.served", "idle_metrics", "return"): "the server's metrics, as it wrote them",
     ("gates.run.served", "_reply_of", "d"): "a server's JSON answer",
@@ -89,7 +94,6 @@ ALLOWED = {
     ("gates.run.served", "_streamed", "return"): "one reply's JSON, read by ArmRun.from_json",
     ("gates.run.served", "send", "return"): "one reply's JSON, read by ArmRun.from_json",
     ("gates.run.served", "_served", "return"): "an ArmRun's JSON, read at once by run_served",
-    ("gates.selftest", "_plant", "reqs"): "prompt requests, not results",
     **{
         (m, f, p): "the run's facts (sides, machine, environments, the lean and speed JSON) "
         "as the manifest records them, beside the typed arms and gates"
@@ -114,10 +118,6 @@ ALLOWED = {
     ("gates.report.merge", "load", "return"): "a shard manifest: JSON read from disk",
     ("gates.report.merge", "*", "docs"): "shard manifests: JSON read from disk",
     ("gates.report.merge", "check_inputs", "first"): "a shard manifest: JSON read from disk",
-    ("gates.run.arms", "_requests", "return"): "request lines (prompt requests), not results",
-    ("gates.run.arms", "__init__", "sets"): "prompt sets, not results",
-    ("gates.selftest", "_plant", "return"): "planted prompt requests, not results",
-    ("gates.judge.checks.equality", "compare", "requests"): "prompt requests by id, not results",
     ("gates.judge.checks.schedule", "from_json", "d"): "a trace row as the engine wrote it",
     ("gates.judge.checks.schedule", "_mapping", "return"): "a mapping of a trace row, as written",
     (
@@ -131,7 +131,6 @@ ALLOWED = {
         "return",
     ): "one differing request (Comparison.diffs)",
     ("gates.judge.checks.equality", "_fields_diff", "return"): "one differing request (.diffs)",
-    ("gates.judge.checks.equality", "*", "request"): "one prompt request, not a result",
 }
 
 DICT = dict[str, Any]

@@ -17,6 +17,7 @@ from typing import Any
 
 from gates.judge.checks import client
 from gates.judge.results import Equality
+from gates.plan.request import PromptRequest
 from gates.run.reply import Reply
 from gates.run.results import ArmRun
 
@@ -75,7 +76,7 @@ def _diff(
     rid: str,
     ra: Reply,
     rb: Reply,
-    request: dict[str, Any] | None,
+    request: PromptRequest | None,
     decode: Decoder | None,
 ) -> dict[str, Any]:
     a, b = list(ra.ids), list(rb.ids)
@@ -83,7 +84,7 @@ def _diff(
         "id": rid,
         "kind": "tokens",
         "prompt_tokens": ra.prompt_tokens,
-        "request": request,
+        "request": request.to_json() if request is not None else None,
         "a_len": len(a),
         "b_len": len(b),
         "a_finish": ra.finish_reason,
@@ -130,7 +131,7 @@ def _bits_diff(
     ra: Reply,
     rb: Reply,
     where: tuple[str, int | None],
-    request: dict[str, Any] | None,
+    request: PromptRequest | None,
     decode: Decoder | None,
 ) -> dict[str, Any]:
     field_name, i = where
@@ -140,7 +141,7 @@ def _bits_diff(
         "kind": "bits",
         "bits_of": field_name,
         "prompt_tokens": ra.prompt_tokens,
-        "request": request,
+        "request": request.to_json() if request is not None else None,
         "index": i,
         "a_len": len(ids),
         "b_len": len(ids),
@@ -158,7 +159,7 @@ def _bits_diff(
 
 
 def _fields_diff(
-    rid: str, ra: Reply, where: tuple[str, Any, Any], request: dict[str, Any] | None
+    rid: str, ra: Reply, where: tuple[str, Any, Any], request: PromptRequest | None
 ) -> dict[str, Any]:
     """Equal ids and bits, but what a client reads differs (served replies, checks/client)."""
     name, va, vb = where
@@ -170,7 +171,7 @@ def _fields_diff(
         "a_value": va,
         "b_value": vb,
         "prompt_tokens": ra.prompt_tokens,
-        "request": request,
+        "request": request.to_json() if request is not None else None,
         "index": None,
         "a_len": n,
         "b_len": n,
@@ -181,7 +182,7 @@ def compare(
     a: ArmRun,
     b: ArmRun,
     only_ids: list[str] | None = None,
-    requests: dict[str, dict[str, Any]] | None = None,
+    requests: dict[str, PromptRequest] | None = None,
     decode: Decoder | None = None,
     dropped: dict[str, str] | None = None,
 ) -> Equality:
@@ -206,7 +207,9 @@ def compare(
         x, y = ra[rid], rb.get(rid)
         if y is None:
             total += 1
-            diffs.append({"id": rid, "missing": True, "index": None, "request": requests.get(rid)})
+            req = requests.get(rid)
+            got = req.to_json() if req is not None else None
+            diffs.append({"id": rid, "missing": True, "index": None, "request": got})
             continue
         if x.is_error and y.is_error:
             skipped.append({"id": rid, "reason": f"both arms replied error: {x.error or '?'}"})

@@ -10,12 +10,12 @@ passes them all; this rule reads each arm on its own against the request it was 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from gates.judge.kinds.kind import Kind
 from gates.judge.results import CheckOutcome
 from gates.plan.planned import Arm, ArmCheck, Check, Plan
 from gates.plan.prompts import requests_for
+from gates.plan.request import PromptRequest
 from gates.plan.rule import Gate, Sets, Source, check_planned_arms
 from gates.run.results import ArmRun
 
@@ -23,16 +23,17 @@ SHOWN = 3  # replies named in a failing entry; the rest are counted
 UNMEASURED = ("error", "cancelled")  # an error has no ids; a cancel stops early by design
 
 
-def problems(run: ArmRun, requests: dict[str, dict[str, Any]], default: int) -> list[str]:
+def problems(run: ArmRun, requests: dict[str, PromptRequest], default: int) -> list[str]:
     """Each reply whose generated ids break its request's ``max_tokens`` (``default`` for a
     request that names none, as the harness sends it)."""
     out = []
     for r in run.replies or []:
-        req = requests.get(r.id, {})
+        req = requests.get(r.id)
         finish = r.finish_reason
-        if finish in UNMEASURED or req.get("kind") == "embed":
+        if finish in UNMEASURED or (req is not None and req.kind == "embed"):
             continue
-        n, limit = len(r.ids), req.get("max_tokens", default)
+        given = req.max_tokens if req is not None else None
+        n, limit = len(r.ids), default if given is None else given
         if n > limit:
             out.append(f"`{r.id}`: {n} tokens, max_tokens {limit}")
         elif finish == "length" and n != limit:
@@ -60,7 +61,7 @@ class Lengths(Kind):
         # the lines the arm was sent, first turns of a resumed arm included (`conv2/turn1`
         # carries its own request's max_tokens, not the matrix's)
         sent = requests_for(sets.get(cfg.prompts, []), cfg.max_tokens, resumed=True)
-        requests = {r["id"]: r for r in sent}
+        requests = {r.id: r for r in sent}
         found = problems(run, requests, cfg.max_tokens)
         values = {"replies": len(run.replies or [])}
         if not found:

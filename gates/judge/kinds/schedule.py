@@ -65,7 +65,7 @@ def asked(override: Override) -> list[Asked]:
 def background(arm: Arm, sets: Sets) -> frozenset[str]:
     """Ids of the background-priority requests of an arm's prompt set."""
     reqs = sets.get(arm.config.prompts, [])
-    return frozenset(r["id"] for r in reqs if r.get("priority") == "background")
+    return frozenset(r.id for r in reqs if r.priority == "background")
 
 
 @dataclass(frozen=True)

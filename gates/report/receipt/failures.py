@@ -12,6 +12,7 @@ from gates.judge.checks import client
 from gates.judge.checks.equality import describe_margin
 from gates.judge.results import Comparison, gates_of
 from gates.plan import prompts as prompts_mod
+from gates.plan.request import PromptRequest
 from gates.run.results import Status
 
 DIFFS_SHOWN = 3  # differing requests shown in full per failing gate; the manifest has more
@@ -77,8 +78,8 @@ def _other_line(o: Comparison) -> str:
 
 
 def _diff_line(d: dict[str, Any], an: str, bn: str) -> str:
-    req = d.get("request") or {}
-    prompt = prompts_mod.describe(req) if req else "?"
+    req = d.get("request")
+    prompt = prompts_mod.describe(PromptRequest.from_json(req)) if req else "?"
     n = d.get("prompt_tokens")
     rows = f"{n} row{'s' * (n != 1)}, " if n is not None else ""
     head = f"prompt `{d['id']}` ({rows}{prompt})"
