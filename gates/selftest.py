@@ -20,6 +20,7 @@ from pathlib import Path
 
 from gates import EXIT_ARM_FAILED, EXIT_GATE_FAILED, EXIT_OK, BadInput
 from gates.judge.checks import equality
+from gates.judge.diffs import BitsDiff, Diff, TokensDiff
 from gates.plan import prompts
 from gates.plan.arm_config import ArmConfig
 from gates.plan.matrix import AXIS_DEFAULTS
@@ -167,13 +168,13 @@ def _negative(
     """The planted arm: differs where planted (the longer reply at its last index, one
     changed prompt at least), and nowhere else."""
     neg = equality.compare(first, third, decode=decode)
-    seen = {d["id"]: d for d in neg.diffs}
+    seen = {d.id: d for d in neg.diffs}
     expected = {i for i in [longer, *changed] if i}
     stray = sorted(set(seen) - expected)
     len_ok = (
         longer is not None
         and longer in seen
-        and seen[longer]["index"] == next(len(r.ids) for r in first.replies or [] if r.id == longer)
+        and seen[longer].index == next(len(r.ids) for r in first.replies or [] if r.id == longer)
     )
     prompt_ok = any(i in seen for i in changed)
     good = len_ok and prompt_ok and not stray
@@ -190,10 +191,19 @@ def _negative(
         print(f"     requests differ that were not planted: {', '.join(stray)}")
     for rid in changed:
         if rid in seen:
-            d = seen[rid]
+            a_ids, b_ids, margin = _window(seen[rid])
             print(
-                f"     `{rid}` differs from index {d['index']}: {d.get('a_ids')} vs "
-                f"{d.get('b_ids')}, margin there {d.get('a_margin')}"
+                f"     `{rid}` differs from index {seen[rid].index}: {a_ids} vs "
+                f"{b_ids}, margin there {margin}"
             )
             break
     return good
+
+
+def _window(d: Diff) -> tuple[list[int] | None, list[int] | None, float | None]:
+    """(a's ids, b's ids, a's margin) from where a request parts, as far as it records them."""
+    if isinstance(d, TokensDiff) and d.a_ids is not None:
+        return list(d.a_ids), list(d.b_ids or ()), d.a_margin
+    if isinstance(d, BitsDiff) and d.a_ids is not None:
+        return list(d.a_ids), None, d.a_margin
+    return None, None, None

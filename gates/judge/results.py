@@ -8,6 +8,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from gates.judge.diffs import Diff, Skipped, diff_of
 from gates.run.results import Status, as_json, need, status_of, typed
 
 ORDER = (Status.FAIL, Status.COULD_NOT_RUN, Status.PASS, Status.NOT_COMPARABLE)
@@ -39,9 +40,9 @@ class Comparison:
     a_name: str | None = None
     b_name: str | None = None
     arm: str | None = None
-    diffs: list[dict[str, Any]] = field(default_factory=list)
+    diffs: list[Diff] = field(default_factory=list)
     n_diffs: int = 0
-    skipped: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
     values: dict[str, Any] = field(default_factory=dict)
     notice: str | None = None
     stderr_tail: str | None = None
@@ -59,7 +60,10 @@ class Comparison:
         return self.b or self.arm or ""
 
     def to_json(self) -> dict[str, Any]:
-        return as_json(self)
+        out = as_json(self)
+        out["diffs"] = [x.to_json() for x in self.diffs]
+        out["skipped"] = [x.to_json() for x in self.skipped]
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Comparison:
@@ -67,6 +71,8 @@ class Comparison:
         kw = {k: v for k, v in d.items() if k in names}
         kw["status"] = status_of(d)
         kw["column"] = need(d, "column", "gate entry")
+        kw["diffs"] = [diff_of(x) for x in d.get("diffs", [])]
+        kw["skipped"] = [Skipped.from_json(x) for x in d.get("skipped", [])]
         return cls(**kw)
 
 
@@ -145,8 +151,8 @@ class Equality:
 
     matched: int = 0
     total: int = 0
-    skipped: list[dict[str, Any]] = field(default_factory=list)
-    diffs: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    diffs: list[Diff] = field(default_factory=list)
 
     @property
     def all_equal(self) -> bool:

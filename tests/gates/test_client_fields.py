@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from conftest import ran
 from gates.judge.checks import client, equality
+from gates.judge.diffs import FieldsDiff
 from gates.run import served
 from gates.run.reply import Reply
 
@@ -65,12 +66,8 @@ def test_equality_counts_a_field_difference_and_the_receipt_names_it():
     )
     assert (cmp.matched, cmp.total) == (0, 1)
     (d,) = cmp.diffs
-    assert (d["kind"], d["field"], d["a_value"], d["b_value"]) == (
-        "fields",
-        "finish_reason",
-        "length",
-        "stop",
-    )
+    assert isinstance(d, FieldsDiff)
+    assert (d.field, d.a_value, d.b_value) == ("finish_reason", "length", "stop")
     assert client.line(d, "offline", "served stream") == (
         "same tokens and bits, other finish_reason — offline 'length', served stream 'stop'"
     )

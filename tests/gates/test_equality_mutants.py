@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from gates.judge.checks import equality
+from gates.judge.diffs import Diff, Skipped, diff_of
+from gates.judge.results import Equality
 from gates.plan.request import PromptRequest
 from gates.run.reply import Reply
 from gates.run.results import ArmRun, Status
@@ -34,15 +36,31 @@ def bits_difference(x: dict, y: dict) -> tuple[str, int | None] | None:
 
 
 def _diff(rid: str, a: dict, b: dict, *rest: Any) -> dict[str, Any]:
-    return equality._diff(rid, R(a), R(b), *rest)
+    """The record as the manifest holds it (to_json), read back unchanged by diff_of."""
+    return _written(equality._diff(rid, R(a), R(b), *rest))
 
 
 def _bits_diff(rid: str, a: dict, b: dict, *rest: Any) -> dict[str, Any]:
-    return equality._bits_diff(rid, R(a), R(b), *rest)
+    return _written(equality._bits_diff(rid, R(a), R(b), *rest))
 
 
 def _fields_diff(rid: str, a: dict, *rest: Any) -> dict[str, Any]:
-    return equality._fields_diff(rid, R(a), *rest)
+    return _written(equality._fields_diff(rid, R(a), *rest))
+
+
+def _written(d: Diff) -> dict[str, Any]:
+    out = d.to_json()
+    assert diff_of(out) == d and list(diff_of(out).to_json()) == list(out)
+    return out
+
+
+def assert_written(got: dict[str, Any], want: dict[str, Any]) -> None:
+    """Equal, keys in the same order: the manifest's bytes are what they were."""
+    assert got == want and list(got) == list(want)
+
+
+def diffs(got: Equality) -> list[dict[str, Any]]:
+    return [_written(d) for d in got.diffs]
 
 
 def arm(*replies: dict) -> ArmRun:
@@ -110,25 +128,28 @@ def test_a_token_difference_record_without_a_decoder() -> None:
     a["prompt_tokens"] = 7
     b = r("x", [1, 9], margins=[3, 0.25], text="B", finish_reason="stop")
     got = _diff("x", a, b, Q("x", "hi"), None)
-    assert got == {
-        "id": "x",
-        "kind": "tokens",
-        "prompt_tokens": 7,
-        "request": {"id": "x", "prompt": "hi"},
-        "a_len": 11,
-        "b_len": 2,
-        "a_finish": "length",
-        "b_finish": "stop",
-        "index": 1,
-        "a_ids": [2, 3, 4, 5, 6, 7, 8, 9],  # eight tokens from the difference
-        "b_ids": [9],
-        "a_margin": -1.0,
-        "b_margin": 0.25,
-        "median_margin": 1.0,  # of |3|, |-1|, |0.5|: numbers only
-        "a_text": "A",
-        "b_text": "B",
-        "text_is_whole_reply": True,
-    }
+    assert_written(
+        got,
+        {
+            "id": "x",
+            "kind": "tokens",
+            "prompt_tokens": 7,
+            "request": {"id": "x", "prompt": "hi"},
+            "a_len": 11,
+            "b_len": 2,
+            "a_finish": "length",
+            "b_finish": "stop",
+            "index": 1,
+            "a_ids": [2, 3, 4, 5, 6, 7, 8, 9],  # eight tokens from the difference
+            "b_ids": [9],
+            "a_margin": -1.0,
+            "b_margin": 0.25,
+            "median_margin": 1.0,  # of |3|, |-1|, |0.5|: numbers only
+            "a_text": "A",
+            "b_text": "B",
+            "text_is_whole_reply": True,
+        },
+    )
 
 
 def test_a_token_difference_record_with_a_decoder() -> None:
@@ -186,23 +207,26 @@ def test_a_bits_record_at_a_token() -> None:
     b = r("b", ids, margins=[1.0] * 3 + [0.5], logit_hashes=["a"] * 3 + ["z"] * 9)
     b["finish_reason"] = "stop"
     got = _bits_diff("b", a, b, ("logit_hashes", 3), Q("b", "p"), None)
-    assert got == {
-        "id": "b",
-        "kind": "bits",
-        "bits_of": "logit_hashes",
-        "prompt_tokens": 3,
-        "request": {"id": "b", "prompt": "p"},
-        "index": 3,
-        "a_len": 12,
-        "b_len": 12,
-        "a_finish": "length",
-        "b_finish": "stop",
-        "a_margin": 0.5,
-        "b_margin": 0.5,
-        "a_hash": "a",
-        "b_hash": "z",
-        "a_ids": [23, 24, 25, 26, 27, 28, 29, 30],
-    }
+    assert_written(
+        got,
+        {
+            "id": "b",
+            "kind": "bits",
+            "bits_of": "logit_hashes",
+            "prompt_tokens": 3,
+            "request": {"id": "b", "prompt": "p"},
+            "index": 3,
+            "a_len": 12,
+            "b_len": 12,
+            "a_finish": "length",
+            "b_finish": "stop",
+            "a_margin": 0.5,
+            "b_margin": 0.5,
+            "a_hash": "a",
+            "b_hash": "z",
+            "a_ids": [23, 24, 25, 26, 27, 28, 29, 30],
+        },
+    )
     with_text = _bits_diff("b", a, b, ("logit_hashes", 3), None, letters)
     assert with_text["a_text"] == letters(ids[3:11])
 
@@ -226,26 +250,29 @@ def test_equal_ids_with_a_shorter_hash_list_is_a_bits_record() -> None:
     # the shorter list's end, where that list has no hash (None, not an IndexError).
     a = arm(r("h", [1, 2], logit_hashes=["p", "q"]))
     b = arm(r("h", [1, 2], logit_hashes=["p"]))
-    got = equality.compare(a, b)
-    assert got.diffs[0]["kind"] == "bits" and got.diffs[0]["index"] == 1
-    assert (got.diffs[0]["a_hash"], got.diffs[0]["b_hash"]) == ("q", None)
+    (got,) = diffs(equality.compare(a, b))
+    assert got["kind"] == "bits" and got["index"] == 1
+    assert (got["a_hash"], got["b_hash"]) == ("q", None)
 
 
 def test_a_fields_record() -> None:
     a = r("f", [1, 2, 3], prompt_tokens=4)
     got = _fields_diff("f", a, ("text", "ab", "ac"), Q("f", "q"))
-    assert got == {
-        "id": "f",
-        "kind": "fields",
-        "field": "text",
-        "a_value": "ab",
-        "b_value": "ac",
-        "prompt_tokens": 4,
-        "request": {"id": "f", "prompt": "q"},
-        "index": None,
-        "a_len": 3,
-        "b_len": 3,
-    }
+    assert_written(
+        got,
+        {
+            "id": "f",
+            "kind": "fields",
+            "field": "text",
+            "a_value": "ab",
+            "b_value": "ac",
+            "prompt_tokens": 4,
+            "request": {"id": "f", "prompt": "q"},
+            "index": None,
+            "a_len": 3,
+            "b_len": 3,
+        },
+    )
     assert _fields_diff("f", {"ids": None}, ("text", 1, 2), None)["a_len"] == 0
 
 
@@ -277,21 +304,19 @@ def test_compare_counts_skips_and_kinds() -> None:
     got = equality.compare(a, b, requests=requests, dropped={"drop": "timed out"})
     assert (got.matched, got.total, got.all_equal) == (1, 5, False)
     assert got.skipped == [
-        {"id": "drop", "reason": "timed out"},
-        {"id": "err2", "reason": "both arms replied error: too long"},
-        {"id": "err0", "reason": "both arms replied error: ?"},
+        Skipped("drop", "timed out"),
+        Skipped("err2", "both arms replied error: too long"),
+        Skipped("err0", "both arms replied error: ?"),
     ]
-    kinds = [(d["id"], d.get("kind")) for d in got.diffs]
+    assert got.skipped[0].to_json() == {"id": "drop", "reason": "timed out"}
+    written = diffs(got)
+    kinds = [(d["id"], d.get("kind")) for d in written]
     assert kinds == [("tok", "tokens"), ("bits", "bits"), ("field", "fields"), ("gone", None)]
-    assert got.diffs[0]["request"] == {"id": "tok", "prompt": "t"}
-    assert got.diffs[1]["request"] is None
-    assert got.diffs[3] == {
-        "id": "gone",
-        "missing": True,
-        "index": None,
-        "request": {"id": "gone", "prompt": "g"},
-    }
-    assert (got.diffs[2]["a_value"], got.diffs[2]["b_value"]) == ("x", "y")
+    assert written[0]["request"] == {"id": "tok", "prompt": "t"}
+    assert written[1]["request"] is None
+    gone = {"id": "gone", "missing": True, "index": None, "request": {"id": "gone", "prompt": "g"}}
+    assert_written(written[3], gone)
+    assert (written[2]["a_value"], written[2]["b_value"]) == ("x", "y")
 
 
 def test_compare_passes_each_record_its_request_and_decoder() -> None:
@@ -301,8 +326,8 @@ def test_compare_passes_each_record_its_request_and_decoder() -> None:
     requests = {k: Q(k, k) for k in ("t", "b", "f")}
     got = equality.compare(a, b, requests=requests, decode=letters)
     assert (got.matched, got.total) == (2, 5)
-    assert [d["request"] for d in got.diffs] == [{"id": k, "prompt": k} for k in "tbf"]
-    tok, bits, _ = got.diffs
+    assert [d["request"] for d in diffs(got)] == [{"id": k, "prompt": k} for k in "tbf"]
+    tok, bits, _ = diffs(got)
     assert (tok["id"], tok["a_text"], tok["b_text"], tok["common_text"]) == ("t", "c", "f", "b")
     assert (bits["id"], bits["a_text"]) == ("b", "d")
 
@@ -312,7 +337,7 @@ def test_compare_only_some_ids_and_nothing_given() -> None:
     b = arm(r("p", [1]), r("q", [9]), r("s", [3]))
     only = equality.compare(a, b, only_ids=["q", "s"], dropped={"p": "x", "s": "y"})
     assert (only.matched, only.total) == (0, 1)
-    assert only.skipped == [{"id": "s", "reason": "y"}]  # p is not asked about
+    assert only.skipped == [Skipped("s", "y")]  # p is not asked about
     none = equality.compare(ArmRun(Status.OK), ArmRun(Status.OK))
     assert (none.matched, none.total, none.skipped, none.diffs) == (0, 0, [], [])
     assert none.all_equal
@@ -329,7 +354,8 @@ def test_compare_an_error_beside_equal_ids_is_a_tokens_record() -> None:
     b = arm(r("e", [1]))
     got = equality.compare(a, b)
     assert (got.matched, got.total) == (0, 1)
-    assert got.diffs[0]["kind"] == "tokens" and got.diffs[0]["error"] == {"a": "boom", "b": None}
+    (d,) = diffs(got)
+    assert d["kind"] == "tokens" and d["error"] == {"a": "boom", "b": None}
 
 
 # ---------------------------------------------------------------- describe_margin

@@ -10,6 +10,7 @@ import pytest
 from conftest import ran
 from gates import BadInput
 from gates.judge.checks import acceptance, equality, schedule
+from gates.judge.diffs import BitsDiff, Skipped
 from gates.judge.kinds import KINDS
 from gates.judge.kinds.schedule import SCHEDULE_METRICS
 from gates.plan import build as plan
@@ -28,7 +29,7 @@ def test_same_tokens_other_bits_fails_at_the_first_parted_token():
     got = equality.compare(ran(a), ran(b))
     assert (got.matched, got.total) == (0, 1)
     (d,) = got.diffs
-    assert (d["kind"], d["bits_of"], d["index"]) == ("bits", "logit_hashes", 1)
+    assert isinstance(d, BitsDiff) and (d.bits_of, d.index) == ("logit_hashes", 1)
     line = failures._diff_line(d, "base", "head")
     assert "same tokens, other bits" in line and "token 1" in line and "`bX`" in line
 
@@ -37,7 +38,7 @@ def test_margins_and_embeddings_are_bits_too():
     a = {"replies": [reply("m", [5, 6], margins=[0.5, 0.25]), reply("e", [], embedding=[0.1])]}
     b = {"replies": [reply("m", [5, 6], margins=[0.5, 0.2500001]), reply("e", [], embedding=[0.2])]}
     got = equality.compare(ran(a), ran(b))
-    kinds = {d["id"]: (d["bits_of"], d["index"]) for d in got.diffs}
+    kinds = {d.id: (d.bits_of, d.index) for d in got.diffs if isinstance(d, BitsDiff)}
     assert kinds == {"m": ("margins", 1), "e": ("embedding", 0)}
 
 
@@ -52,7 +53,7 @@ def test_dropped_requests_are_skipped_not_missing():
     b = {"replies": [reply("x", [1])]}
     got = equality.compare(ran(a), ran(b), dropped={"y": "the head engine has no request key k"})
     assert (got.matched, got.total) == (1, 1)
-    assert got.skipped == [{"id": "y", "reason": "the head engine has no request key k"}]
+    assert got.skipped == [Skipped("y", "the head engine has no request key k")]
 
 
 def row(kind, decoding=(), decoded=(), stepped=None, arrived=None, debt=0.0, first=(), fin=None):

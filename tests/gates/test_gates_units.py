@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from conftest import ran, run_gates
 from gates.judge.checks import equality
+from gates.judge.diffs import TokensDiff
 from gates.judge.results import GateResult
 from gates.plan.request import PromptRequest
 from gates.report.receipt import failures, render
@@ -45,11 +46,12 @@ def test_compare_counts_and_divergence():
     hi = PromptRequest.from_json({"id": "x", "prompt": "hi"})
     got = equality.compare(ran(a), ran(b), requests={"x": hi})
     assert (got.matched, got.total) == (1, 2)
-    assert got.skipped[0]["id"] == "e"
+    assert got.skipped[0].id == "e"
     d = got.diffs[0]
-    assert (d["id"], d["index"], d["a_ids"], d["b_ids"]) == ("x", 1, [2, 3], [9, 3])
-    assert (d["a_margin"], d["b_margin"]) == (0.25, 0.005)
-    assert equality.describe_margin(d["a_margin"], d["b_margin"]) == "a near-tie"
+    assert isinstance(d, TokensDiff)
+    assert (d.id, d.index, d.a_ids, d.b_ids) == ("x", 1, (2, 3), (9, 3))
+    assert (d.a_margin, d.b_margin) == (0.25, 0.005)
+    assert equality.describe_margin(d.a_margin, d.b_margin) == "a near-tie"
     line = failures._diff_line(d, "base", "head")
     assert "tokens differ from index 1" in line and "[2, 3]" in line and "[9, 3]" in line
     assert "margin at 1: base 0.25, head 0.005 (" in line and "a near-tie)" in line
@@ -60,8 +62,8 @@ def test_compare_error_on_one_side_and_missing_reply():
     b = {"replies": [reply("x", [1], finish="error", error="boom")]}
     got = equality.compare(ran(a), ran(b))
     assert (got.matched, got.total) == (0, 2)
-    assert {d["id"] for d in got.diffs} == {"x", "y"}
-    assert got.diffs[0]["error"] == {"a": None, "b": "boom"}
+    assert {d.id for d in got.diffs} == {"x", "y"}
+    assert got.diffs[0].to_json()["error"] == {"a": None, "b": "boom"}
     only = equality.compare(ran(a), ran(b), only_ids=["y"])
     assert only.total == 1
 

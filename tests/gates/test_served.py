@@ -163,7 +163,7 @@ def test_served_equals_offline_and_planted_server_bugs_show(tmp_path):
         assert got.ok, got
         cmp = equality.compare(offline, got)
         assert (cmp.matched, cmp.total) == (len(LINES) - 1, len(LINES) - 1), cmp.diffs
-        assert [s["id"] for s in cmp.skipped] == ["toolong"]  # an error on both sides
+        assert [s.id for s in cmp.skipped] == ["toolong"]  # an error on both sides
         by = {r.id: r for r in got.replies or []}
         assert len(by["cancel"].ids) == 2 and by["cancel"].logit_hashes
         m = got.metrics or {}
@@ -176,11 +176,13 @@ def test_served_equals_offline_and_planted_server_bugs_show(tmp_path):
         assert bad.ok, bad
         cmp = equality.compare(offline, bad)
         want = ["sampled"] if plant.name == "serve-seed-misread" else None
-        got_ids = [d["id"] for d in cmp.diffs]
+        got_ids = [d.id for d in cmp.diffs]
         assert got_ids == want if want else len(got_ids) >= 3, (plant.name, got_ids)
         if plant.name == "serve-length-as-stop":  # same ids and bits: only the finish differs
-            assert {(d["kind"], d["field"]) for d in cmp.diffs} == {("fields", "finish_reason")}
-            assert {d["id"] for d in cmp.diffs} >= {"text", "sampled", "late"}
+            assert {(d.KIND, getattr(d, "field", None)) for d in cmp.diffs} == {
+                ("fields", "finish_reason")
+            }
+            assert {d.id for d in cmp.diffs} >= {"text", "sampled", "late"}
 
 
 def test_the_real_server_lists_what_a_served_arm_sends_and_reads(tmp_path):

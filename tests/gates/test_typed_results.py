@@ -34,6 +34,8 @@ TYPED = (
     "gates.run.arms",
     "gates.selftest",
     "gates.judge.checks.equality",
+    "gates.judge.diffs",
+    "gates.judge.checks.client",
     "gates.judge.checks.resources",
     "gates.judge.checks.schedule",
     "gates.judge.checks.acceptance",
@@ -62,7 +64,7 @@ TYPED = (
 )
 
 # (module, function, parameter or "return"): what the dict is, since it is not a result
-RESULTS = ("gates.run.results", "gates.judge.results", "gates.plan.arm_config")
+RESULTS = ("gates.run.results", "gates.judge.results", "gates.plan.arm_config", "gates.judge.diffs")
 RECEIPT = ("gates.report.receipt.render", "gates.report.receipt.failures")
 ALLOWED = {
     # the manifest itself: JSON as written to disk; its gates are read through gates_of
@@ -71,8 +73,6 @@ ALLOWED = {
     ("gates.judge.results", "gates_of", "man"): "manifest",
     **{(m, "*", "return"): "to_json: JSON being written" for m in RESULTS},
     **{(m, "*", "d"): "from_json: JSON being read" for m in RESULTS},
-    ("gates.judge.results", "__init__", "diffs"): "differing requests as equality wrote them",
-    ("gates.judge.results", "__init__", "skipped"): "requests left out: id and reason",
     ("gates.judge.results", "__init__", "values"): "metric name -> value, shown as is",
     ("gates.run.results", "__init__", "metrics"): "the engine's metrics, as it wrote them",
     ("gates.run.results", "__init__", "replies"): "reply summaries: id, token count, hash",
@@ -80,7 +80,6 @@ ALLOWED = {
     ("gates.power.run", "failed_gates", "manifest"): "manifest, read through gates_of",
     ("gates.plan.request", "to_json", "return"): "a request line as written out: the engine's "
     "request file, a differing request in the manifest",
-    ("gates.report.receipt.failures", "*", "d"): "one differing request of a comparison, shown",
     ("gates.run.store", "arm_key", "config"): "JSON being hashed: ArmConfig.to_json and what "
     "joins it in the key (the served client's version, the plain twin's key)",
     ("gates.run.store", "fingerprint", "m"): "the machine's description, not a result",
@@ -120,17 +119,6 @@ ALLOWED = {
     ("gates.report.merge", "check_inputs", "first"): "a shard manifest: JSON read from disk",
     ("gates.judge.checks.schedule", "from_json", "d"): "a trace row as the engine wrote it",
     ("gates.judge.checks.schedule", "_mapping", "return"): "a mapping of a trace row, as written",
-    (
-        "gates.judge.checks.equality",
-        "_diff",
-        "return",
-    ): "one differing request, as Comparison.diffs",
-    (
-        "gates.judge.checks.equality",
-        "_bits_diff",
-        "return",
-    ): "one differing request (Comparison.diffs)",
-    ("gates.judge.checks.equality", "_fields_diff", "return"): "one differing request (.diffs)",
 }
 
 DICT = dict[str, Any]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gates.judge.diffs import FieldsDiff
 from gates.run.reply import Reply
 
 # engine run's finish reasons in OpenAI's words (docs/contract.md: a cancel is a stop)
@@ -68,13 +69,9 @@ def difference(a: Reply, b: Reply) -> tuple[str, Any, Any] | None:
     return None
 
 
-def line(d: dict[str, Any], an: str, bn: str) -> str:
+def line(d: FieldsDiff, an: str, bn: str) -> str:
     """The receipt's words for a ``fields`` difference."""
-    field = d.get("field")
-    if field == "stream":
-        bad = bn if d.get("b_value") else an
-        return f"same tokens and bits, but {bad}'s stream: {d.get('b_value') or d.get('a_value')}"
-    return (
-        f"same tokens and bits, other {field} — {an} {d.get('a_value')!r}, "
-        f"{bn} {d.get('b_value')!r}"
-    )
+    if d.field == "stream":
+        bad = bn if d.b_value else an
+        return f"same tokens and bits, but {bad}'s stream: {d.b_value or d.a_value}"
+    return f"same tokens and bits, other {d.field} — {an} {d.a_value!r}, {bn} {d.b_value!r}"

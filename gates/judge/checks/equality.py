@@ -10,12 +10,14 @@ Never closeness: floats are compared exactly as JSON gives them.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from gates.judge.checks import client
+from gates.judge.diffs import BitsDiff, Diff, FieldsDiff, Missing, Skipped, TokensDiff
 from gates.judge.results import Equality
 from gates.plan.request import PromptRequest
 from gates.run.reply import Reply
@@ -78,35 +80,39 @@ def _diff(
     rb: Reply,
     request: PromptRequest | None,
     decode: Decoder | None,
-) -> dict[str, Any]:
+) -> TokensDiff:
     a, b = list(ra.ids), list(rb.ids)
-    d: dict[str, Any] = {
-        "id": rid,
-        "kind": "tokens",
-        "prompt_tokens": ra.prompt_tokens,
-        "request": request.to_json() if request is not None else None,
-        "a_len": len(a),
-        "b_len": len(b),
-        "a_finish": ra.finish_reason,
-        "b_finish": rb.finish_reason,
-    }
-    if ra.is_error != rb.is_error:
-        d["error"] = {"a": ra.error, "b": rb.error}
-    i = first_difference(a, b)
-    d["index"] = i
+    d = TokensDiff(
+        id=rid,
+        prompt_tokens=ra.prompt_tokens,
+        request=request,
+        a_len=len(a),
+        b_len=len(b),
+        a_finish=ra.finish_reason,
+        b_finish=rb.finish_reason,
+        index=first_difference(a, b),
+        error=(ra.error, rb.error) if ra.is_error != rb.is_error else None,
+    )
+    i = d.index
     if i is None:  # same ids, so the difference is the error state alone
         return d
-    d["a_ids"], d["b_ids"] = a[i : i + WINDOW], b[i : i + WINDOW]
-    d["a_margin"], d["b_margin"] = _margin(ra, i), _margin(rb, i)
+    a_ids, b_ids = a[i : i + WINDOW], b[i : i + WINDOW]
     ms = [abs(float(v)) for v in ra.margins or () if isinstance(v, (int, float))]
-    d["median_margin"] = statistics.median(ms) if ms else None
     if decode is not None:
-        d["a_text"], d["b_text"] = decode(d["a_ids"]), decode(d["b_ids"])
-        d["common_text"] = decode(a[:i])[-40:]
+        texts = (decode(a_ids), decode(b_ids), decode(a[:i])[-40:])
     else:
-        d["a_text"], d["b_text"] = ra.text, rb.text
-        d["text_is_whole_reply"] = True
-    return d
+        texts = (ra.text, rb.text, None)
+    return dataclasses.replace(
+        d,
+        a_ids=tuple(a_ids),
+        b_ids=tuple(b_ids),
+        a_margin=_margin(ra, i),
+        b_margin=_margin(rb, i),
+        median_margin=statistics.median(ms) if ms else None,
+        a_text=texts[0],
+        b_text=texts[1],
+        common_text=texts[2],
+    )
 
 
 def bits_difference(x: Reply, y: Reply) -> tuple[str, int | None] | None:
@@ -133,49 +139,40 @@ def _bits_diff(
     where: tuple[str, int | None],
     request: PromptRequest | None,
     decode: Decoder | None,
-) -> dict[str, Any]:
+) -> BitsDiff:
     field_name, i = where
     ids = list(ra.ids)
-    d: dict[str, Any] = {
-        "id": rid,
-        "kind": "bits",
-        "bits_of": field_name,
-        "prompt_tokens": ra.prompt_tokens,
-        "request": request.to_json() if request is not None else None,
-        "index": i,
-        "a_len": len(ids),
-        "b_len": len(ids),
-        "a_finish": ra.finish_reason,
-        "b_finish": rb.finish_reason,
-    }
-    if field_name != "embedding" and i is not None:
-        d["a_margin"], d["b_margin"] = _margin(ra, i), _margin(rb, i)
-        if field_name == "logit_hashes":
-            d["a_hash"], d["b_hash"] = _hash(ra, i), _hash(rb, i)
-        d["a_ids"] = ids[i : i + WINDOW]
-        if decode is not None:
-            d["a_text"] = decode(d["a_ids"])
-    return d
+    d = BitsDiff(
+        id=rid,
+        bits_of=field_name,
+        prompt_tokens=ra.prompt_tokens,
+        request=request,
+        index=i,
+        a_len=len(ids),
+        b_len=len(ids),
+        a_finish=ra.finish_reason,
+        b_finish=rb.finish_reason,
+    )
+    if field_name == "embedding" or i is None:
+        return d
+    hashes = (_hash(ra, i), _hash(rb, i)) if field_name == "logit_hashes" else (None, None)
+    return dataclasses.replace(
+        d,
+        a_ids=tuple(ids[i : i + WINDOW]),
+        a_margin=_margin(ra, i),
+        b_margin=_margin(rb, i),
+        a_hash=hashes[0],
+        b_hash=hashes[1],
+        a_text=decode(ids[i : i + WINDOW]) if decode is not None else None,
+    )
 
 
 def _fields_diff(
     rid: str, ra: Reply, where: tuple[str, Any, Any], request: PromptRequest | None
-) -> dict[str, Any]:
+) -> FieldsDiff:
     """Equal ids and bits, but what a client reads differs (served replies, checks/client)."""
     name, va, vb = where
-    n = len(ra.ids)
-    return {
-        "id": rid,
-        "kind": "fields",
-        "field": name,
-        "a_value": va,
-        "b_value": vb,
-        "prompt_tokens": ra.prompt_tokens,
-        "request": request.to_json() if request is not None else None,
-        "index": None,
-        "a_len": n,
-        "b_len": n,
-    }
+    return FieldsDiff(rid, name, va, vb, ra.prompt_tokens, request, len(ra.ids))
 
 
 def compare(
@@ -196,23 +193,19 @@ def compare(
     dropped, requests = dropped or {}, requests or {}
     matched = total = 0
     skipped = [
-        {"id": rid, "reason": why}
-        for rid, why in dropped.items()
-        if only_ids is None or rid in only_ids
+        Skipped(rid, why) for rid, why in dropped.items() if only_ids is None or rid in only_ids
     ]
-    diffs: list[dict[str, Any]] = []
+    diffs: list[Diff] = []
     for rid in ids:
         if rid in dropped:
             continue
         x, y = ra[rid], rb.get(rid)
         if y is None:
             total += 1
-            req = requests.get(rid)
-            got = req.to_json() if req is not None else None
-            diffs.append({"id": rid, "missing": True, "index": None, "request": got})
+            diffs.append(Missing(rid, requests.get(rid)))
             continue
         if x.is_error and y.is_error:
-            skipped.append({"id": rid, "reason": f"both arms replied error: {x.error or '?'}"})
+            skipped.append(Skipped(rid, f"both arms replied error: {x.error or '?'}"))
             continue
         total += 1
         same_ids = x.ids == y.ids

@@ -10,15 +10,15 @@ from typing import Any
 
 from gates.judge.checks import client
 from gates.judge.checks.equality import describe_margin
+from gates.judge.diffs import BitsDiff, Diff, FieldsDiff, Missing
 from gates.judge.results import Comparison, gates_of
 from gates.plan import prompts as prompts_mod
-from gates.plan.request import PromptRequest
 from gates.run.results import Status
 
 DIFFS_SHOWN = 3  # differing requests shown in full per failing gate; the manifest has more
 
 
-def _fmt_ids(ids: list[int] | None) -> str:
+def _fmt_ids(ids: tuple[int, ...] | None) -> str:
     return "[" + ", ".join(map(str, ids or [])) + "]"
 
 
@@ -66,73 +66,69 @@ def failure_lines(man: dict[str, Any]) -> list[Failure]:
 def _other_line(o: Comparison) -> str:
     if not o.is_pair:
         return f"`{o.where}`: {o.reason}"
-    d = (o.diffs or [{}])[0]
-    what = "same tokens, other bits at token" if d.get("kind") == "bits" else "from index"
-    if d.get("kind") == "fields":
-        what = f"same tokens and bits, other {d.get('field')}"
-    at = f" {d.get('index')}" if d.get("kind") != "fields" else ""
+    d = o.diffs[0] if o.diffs else None
+    kind = d.KIND if d is not None else None
+    what = "same tokens, other bits at token" if kind == "bits" else "from index"
+    if isinstance(d, FieldsDiff):
+        what = f"same tokens and bits, other {d.field}"
+    at = f" {d.index if d is not None else None}" if kind != "fields" else ""
+    rid = d.id if d is not None else None
     return (
-        f"`{o.where}` ({o.a_name} vs {o.b_name}) {o.matched}/{o.total}; "
-        f"first: `{d.get('id')}` {what}{at}"
+        f"`{o.where}` ({o.a_name} vs {o.b_name}) {o.matched}/{o.total}; first: `{rid}` {what}{at}"
     )
 
 
-def _diff_line(d: dict[str, Any], an: str, bn: str) -> str:
-    req = d.get("request")
-    prompt = prompts_mod.describe(PromptRequest.from_json(req)) if req else "?"
-    n = d.get("prompt_tokens")
+def _diff_line(d: Diff, an: str, bn: str) -> str:
+    prompt = prompts_mod.describe(d.request) if d.request is not None else "?"
+    n = d.prompt_tokens if not isinstance(d, Missing) else None
     rows = f"{n} row{'s' * (n != 1)}, " if n is not None else ""
-    head = f"prompt `{d['id']}` ({rows}{prompt})"
-    if d.get("missing"):
+    head = f"prompt `{d.id}` ({rows}{prompt})"
+    if isinstance(d, Missing):
         return f"{head}: no reply from {bn}"
-    if d.get("kind") == "bits":
+    if isinstance(d, BitsDiff):
         return f"{head}: {bits_line(d, an, bn)}"
-    if d.get("kind") == "fields":
+    if isinstance(d, FieldsDiff):
         return f"{head}: {client.line(d, an, bn)}"
-    if d.get("error"):
-        err = d["error"]
-        return f"{head}: error on one side only — {an}: {err.get('a')!r}; {bn}: {err.get('b')!r}"
-    i = d.get("index")
+    if d.error:
+        err_a, err_b = d.error
+        return f"{head}: error on one side only — {an}: {err_a!r}; {bn}: {err_b!r}"
+    i = d.index
 
-    def txt(key: str) -> str:
-        t = d.get(key)
+    def txt(t: str | None) -> str:
         return json.dumps(t, ensure_ascii=False) if t is not None else "(no text)"
 
-    whole = " (whole replies)" if d.get("text_is_whole_reply") else ""
+    whole = " (whole replies)" if d.a_ids is not None and d.common_text is None else ""
     margin = ""
-    if d.get("a_margin") is not None or d.get("b_margin") is not None:
+    if d.a_margin is not None or d.b_margin is not None:
 
         def m(v: float | None) -> str:
             return "?" if v is None else f"{v:.4g}"
 
         margin = (
-            f"; margin at {i}: {an} {m(d.get('a_margin'))}, {bn} {m(d.get('b_margin'))}"
-            f" ({describe_margin(d.get('a_margin'), d.get('b_margin'), d.get('median_margin'))})"
+            f"; margin at {i}: {an} {m(d.a_margin)}, {bn} {m(d.b_margin)}"
+            f" ({describe_margin(d.a_margin, d.b_margin, d.median_margin)})"
         )
     lens = ""
-    if d.get("a_len") != d.get("b_len"):
-        lens = (
-            f"; lengths {an} {d.get('a_len')} ({d.get('a_finish')}), "
-            f"{bn} {d.get('b_len')} ({d.get('b_finish')})"
-        )
+    if d.a_len != d.b_len:
+        lens = f"; lengths {an} {d.a_len} ({d.a_finish}), {bn} {d.b_len} ({d.b_finish})"
     return (
-        f"{head}: tokens differ from index {i} — {an} {txt('a_text')} "
-        f"{_fmt_ids(d.get('a_ids'))}, {bn} {txt('b_text')} {_fmt_ids(d.get('b_ids'))}"
+        f"{head}: tokens differ from index {i} — {an} {txt(d.a_text)} "
+        f"{_fmt_ids(d.a_ids)}, {bn} {txt(d.b_text)} {_fmt_ids(d.b_ids)}"
         f"{whole}{margin}{lens}"
     )
 
 
-def bits_line(d: dict[str, Any], an: str, bn: str) -> str:
+def bits_line(d: BitsDiff, an: str, bn: str) -> str:
     """A "same tokens, other bits" difference, at the first token where the bits part."""
-    field_name, i = d.get("bits_of"), d.get("index")
+    field_name, i = d.bits_of, d.index
     if field_name == "embedding":
         return f"same tokens, other bits — the embeddings part at element {i}"
-    ids = _fmt_ids(d.get("a_ids"))
-    text = f" {json.dumps(d['a_text'], ensure_ascii=False)}" if d.get("a_text") else ""
+    ids = _fmt_ids(d.a_ids)
+    text = f" {json.dumps(d.a_text, ensure_ascii=False)}" if d.a_text else ""
     out = f"same tokens, other bits — {field_name} part at token {i}{text} {ids}"
-    if d.get("a_hash") or d.get("b_hash"):
-        out += f"; logits hash {an} `{d.get('a_hash')}`, {bn} `{d.get('b_hash')}`"
-    am, bm = d.get("a_margin"), d.get("b_margin")
+    if d.a_hash or d.b_hash:
+        out += f"; logits hash {an} `{d.a_hash}`, {bn} `{d.b_hash}`"
+    am, bm = d.a_margin, d.b_margin
     if am is not None or bm is not None:
         out += f"; margin {an} {am!r}, {bn} {bm!r}"
     return out

@@ -28,7 +28,7 @@ def skipped(man: dict[str, Any]) -> list[str]:
     for g in gates_of(man):
         for e in g.entries:
             for s in e.skipped:
-                out.append(f"left out of {g.name}: request `{s['id']}` — {s['reason']}")
+                out.append(f"left out of {g.name}: request `{s.id}` — {s.reason}")
             if (
                 e.status == Status.NOT_COMPARABLE
                 and unit(g.kind) == "arms"
