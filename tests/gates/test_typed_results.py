@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from gates.jsontypes import JsonObject
 from gates.judge.results import GateResult, gates_of
 from gates.run.results import Status
 
@@ -122,6 +123,14 @@ ALLOWED = {
 }
 
 DICT = dict[str, Any]
+# JsonObject (gates/jsontypes.py) marks JSON at the edge where it is read or written: only
+# functions of these names may take or give one, and the few in JSON_ALLOWED (with a reason)
+JSON_EDGES = {"to_json", "from_json", "load", "dump", "read", "write", "parse", "canonical"}
+JSON_ALLOWED: dict[tuple[str, str, str], str] = {}
+
+
+def holds_json(hint: Any) -> bool:
+    return hint == JsonObject or any(holds_json(a) for a in typing.get_args(hint))
 
 
 def holds_dict(hint: Any) -> bool:
@@ -162,6 +171,30 @@ def untyped(modnames: tuple[str, ...] = TYPED) -> list[str]:
 
 def test_typed_modules_pass_no_result_dict():
     assert untyped() == []
+
+
+def json_off_the_edge(modnames: tuple[str, ...] = TYPED) -> list[str]:
+    bad = []
+    for modname in modnames:
+        for fname, fn in _functions(modname):
+            short = fname.rsplit(".", 1)[-1]
+            for param, hint in typing.get_type_hints(fn).items():
+                allowed = any((modname, f, param) in JSON_ALLOWED for f in (fname, short, "*"))
+                if holds_json(hint) and short not in JSON_EDGES and not allowed:
+                    bad.append(f"{modname}.{fname}: {param} is JSON off the edge")
+    return bad
+
+
+def test_json_objects_stay_at_the_edge(tmp_path, monkeypatch):
+    """JsonObject only where JSON is read or written; a planted inner function is caught."""
+    assert json_off_the_edge() == []
+    (tmp_path / "planted_json.py").write_text(
+        "from __future__ import annotations\nfrom gates.jsontypes import JsonObject\n\n"
+        "def to_json() -> JsonObject:\n    return {}\n\n"
+        "def judge(row: JsonObject) -> bool:\n    return True\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert json_off_the_edge(("planted_json",)) == ["planted_json.judge: row is JSON off the edge"]
 
 
 def test_every_allowance_is_still_used():
