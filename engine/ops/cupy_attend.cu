@@ -243,9 +243,11 @@ extern "C" {
 // (launch bounds: at D = 256 a block has 1024 threads, which caps a thread at 64 registers)
 #define ATTEND_KERNEL(NAME, KIND, D)                                          \
     __global__ void __launch_bounds__(ATT_NG * D) NAME##_##D(ATTEND_ARGS) {      \
+        PDL_ENTRY();                                                          \
         attend_paged<KIND, D, false>(ATTEND_PASS);                            \
     }                                                                         \
     __global__ void __launch_bounds__(D) NAME##_##D##_split(ATTEND_ARGS) {       \
+        PDL_ENTRY();                                                          \
         attend_paged<KIND, D, true>(ATTEND_PASS);                             \
     }
 #define ATTEND_KERNELS(D)                                                            \
@@ -254,6 +256,7 @@ extern "C" {
     ATTEND_KERNEL(attend_fp8, KIND_FP8, D)                                          \
     __global__ void __launch_bounds__(D)                                            \
         attend_merge_##D(const float* part, float* out, unsigned short* outb, int hq) { \
+        PDL_ENTRY();                                                                 \
         const float* p = part + ((long long)blockIdx.x * hq + blockIdx.y) * ATT_NG * (D + 2); \
         attend_finish<D>(p, p + ATT_NG, p + 2 * ATT_NG, threadIdx.x, out, outb,      \
                          ((long long)blockIdx.x * hq + blockIdx.y) * D);             \

@@ -92,10 +92,12 @@ __device__ __forceinline__ void gemm_rows(const unsigned short* __restrict__ x, 
 
 extern "C" __global__ void own_gemm1(const unsigned short* x, long long xs,
                                      const unsigned short* w, float* y, int M, int N, int K) {
+    PDL_ENTRY();
     gemm_rows<1>(x, xs, w, y, M, N, K);
 }
 
 extern "C" __global__ void own_gemm2(const unsigned short* x, long long xs,
                                      const unsigned short* w, float* y, int M, int N, int K) {
+    PDL_ENTRY();
     gemm_rows<2>(x, xs, w, y, M, N, K);
 }

@@ -5,6 +5,17 @@
 // sits among them: one block per row (or per row and head), per-thread partial sums in
 // index order, then a shared-memory tree of fixed shape. No atomics, no split reductions.
 
+// Programmatic dependent launch (cupy_launch.py): every kernel starts by waiting for the grid
+// before it to complete and its memory to be visible (griddepcontrol.wait: at once where the
+// launch had no programmatic edge), then lets the next one start launching. So each kernel
+// still reads and writes after the one before has finished, exactly as in stream order; only
+// the next launch overlaps its tail. Hopper and later; a no-op before.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PDL_ENTRY() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define PDL_ENTRY()
+#endif
+
 #define KIND_F32 0
 #define KIND_BF16 1
 #define KIND_FP8 2
@@ -80,6 +91,7 @@ extern "C" {
 
 // x [rows_in, cols] float32 -> y [rows_out, cols] bf16 bits; rows past rows_in are zero
 __global__ void to_bf16(const float* x, unsigned short* y, long long n_in, long long n_out) {
+    PDL_ENTRY();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n_out) y[i] = i < n_in ? f32_to_bf16(x[i]) : (unsigned short)0;
 }
@@ -89,6 +101,7 @@ __global__ void to_bf16(const float* x, unsigned short* y, long long n_in, long 
 // input of the GEMM that follows, so it needs no conversion launch of its own).
 __global__ void rms_norm(const float* x, const float* w, float* y, unsigned short* yb, int cols,
                          float eps) {
+    PDL_ENTRY();
     extern __shared__ float red[];
     const float* xr = x + (long long)blockIdx.x * cols;
     float* yr = y + (long long)blockIdx.x * cols;
@@ -108,6 +121,7 @@ __global__ void rms_norm(const float* x, const float* w, float* y, unsigned shor
 // One block per row; the block writes its row of s before it reads it back.
 __global__ void add_rms_norm(const float* a, const float* b, float* s, const float* w, float* y,
                              unsigned short* yb, int cols, float eps) {
+    PDL_ENTRY();
     extern __shared__ float red[];
     const long long off = (long long)blockIdx.x * cols;
     float part = 0.0f;
@@ -128,6 +142,7 @@ __global__ void add_rms_norm(const float* a, const float* b, float* s, const flo
 // x [n, heads, D], cos/sin [n, D/2]: rotate_half as Hugging Face does
 __global__ void rope(const float* x, const float* cos_t, const float* sin_t, float* y,
                      int heads, int half, long long total) {
+    PDL_ENTRY();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;  // over n * heads * half
     if (i >= total) return;
     long long row = i / ((long long)heads * half);
@@ -147,6 +162,7 @@ __global__ void rope(const float* x, const float* cos_t, const float* sin_t, flo
 __global__ void qk_norm_rope(const float* qkv, long long stride, const float* qw, const float* kw,
                              const float* cos_t, const float* sin_t, float* qo, float* ko,
                              int hq, int hkv, float eps) {
+    PDL_ENTRY();
     extern __shared__ float red[];  // D floats for the tree, then D for the normed head
     const int D = blockDim.x, t = threadIdx.x, half = D / 2;
     const long long row = blockIdx.x;
@@ -178,6 +194,7 @@ __global__ void qk_norm_rope(const float* qkv, long long stride, const float* qw
 // the two halves of one fused gate_up output); where yb is not null, y's bf16 bits too
 __global__ void silu_mul(const float* gate, const float* up, float* y, unsigned short* yb,
                          int inter, long long gs, long long us, long long total) {
+    PDL_ENTRY();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
     long long row = i / inter;
@@ -214,6 +231,7 @@ __device__ __forceinline__ void store_head(const float* x, long long dst_row, vo
 // floats apart (a column slice of a wider output).
 __global__ void kv_store(const float* x, const long long* slots, void* codes,
                          signed char* exps, int kind, int hkv, long long xstride) {
+    PDL_ENTRY();
     extern __shared__ float red[];
     const float* src = x + (long long)blockIdx.x * xstride + (long long)blockIdx.y * blockDim.x;
     store_head(src, slots[blockIdx.x] * hkv + blockIdx.y, codes, exps, kind, red);
@@ -224,6 +242,7 @@ __global__ void kv_store(const float* x, const long long* slots, void* codes,
 __global__ void kv_store2(const float* k, long long kstride, void* kc, signed char* ke,
                           const float* v, long long vstride, void* vc, signed char* ve,
                           const long long* slots, int kind, int hkv) {
+    PDL_ENTRY();
     extern __shared__ float red[];
     const bool is_k = (int)blockIdx.y < hkv;
     const int h = is_k ? blockIdx.y : blockIdx.y - hkv;

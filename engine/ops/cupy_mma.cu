@@ -37,6 +37,23 @@ __device__ __forceinline__ uint4 ld16(const unsigned short* p) {
     return __ldg(reinterpret_cast<const uint4*>(p));
 }
 
+// U chunks of a warp's weight rows from chunk j on, every S-th (none past the end)
+template <int U>
+__device__ __forceinline__ void mma_load(uint4* p, uint4* q, uint4* P, uint4* Q,
+                                         const unsigned short* wa, const unsigned short* wb,
+                                         int j, int S, int chunks) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        if (j + u * S < chunks) {  // the same for the whole warp
+            const int c = (j + u * S) * MMA_CHUNK;
+            p[u] = ld16(wa + c);
+            q[u] = ld16(wa + c + 32);
+            P[u] = ld16(wb + c);
+            Q[u] = ld16(wb + c + 32);
+        }
+    }
+}
+
 // grid (ceil(N / 16), ceil(M / (8 T))), block 32 S, shared S * 16 * 8 T floats.
 // T: tiles of 8 x rows a warp takes; U: chunks a warp loads before its first mma (bytes in
 // flight). Neither changes a sum.
@@ -58,21 +75,15 @@ __device__ __forceinline__ void mma_gemm(const unsigned short* __restrict__ x, l
     float acc[T][4];
 #pragma unroll
     for (int i = 0; i < T; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    // the first loads of weights come before PDL_ENTRY: weights are no kernel's output, so
+    // their fetch overlaps the kernel before; x is read only after it has finished
+    uint4 p[U], q[U], P[U], Q[U];
+    mma_load<U>(p, q, P, Q, wa, wb, warp, S, chunks);
+    PDL_ENTRY();
     for (int j0 = warp; j0 < chunks; j0 += S * U) {
-        uint4 p[U], q[U], P[U], Q[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            if (j0 + u * S < chunks) {  // the same for the whole warp
-                const int c = (j0 + u * S) * MMA_CHUNK;
-                p[u] = ld16(wa + c);
-                q[u] = ld16(wa + c + 32);
-                P[u] = ld16(wb + c);
-                Q[u] = ld16(wb + c + 32);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            if (j0 + u * S >= chunks) break;
+            if (j0 + u * S >= chunks) break;  // the same for the whole warp
             const int c = (j0 + u * S) * MMA_CHUNK;
 #pragma unroll
             for (int i = 0; i < T; ++i) {
@@ -80,6 +91,7 @@ __device__ __forceinline__ void mma_gemm(const unsigned short* __restrict__ x, l
                 mma_chunk(acc[i], p[u], q[u], P[u], Q[u], xp, xq);
             }
         }
+        mma_load<U>(p, q, P, Q, wa, wb, j0 + S * U, S, chunks);
     }
     // slice sums to shared memory, [slice][x row of the block][weight row]
     const int cols = 8 * T;

@@ -32,6 +32,7 @@ __device__ __forceinline__ float warp_dot(const float* x, const unsigned short* 
 // y[row, n] = x[row] . w[n] for one bf16 weight [N, K]: grid (rows, ceil(N / MOE_WARPS)).
 extern "C" __global__ void expert_gemv(const float* x, const unsigned short* w, float* y,
                                        int N, int K) {
+    PDL_ENTRY();
     const int n = blockIdx.y * MOE_WARPS + (threadIdx.x >> 5);
     if (n >= N) return;
     const long long row = blockIdx.x;
@@ -44,6 +45,7 @@ extern "C" __global__ void expert_gemv(const float* x, const unsigned short* w, 
 // ids (ties: the lower id), optional renormalisation by the left-to-right sum over ranks.
 extern "C" __global__ void moe_route(const float* logits, int rows, int E, int k, int norm,
                                      int* ids, float* wts) {
+    PDL_ENTRY();
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= rows) return;
     const float* z = logits + (long long)row * E;
@@ -79,6 +81,7 @@ extern "C" __global__ void moe_route(const float* logits, int rows, int E, int k
 // silu * up as silu_mul computes it.
 extern "C" __global__ void moe_gate_up(const float* x, const int* ids, const unsigned short* gu,
                                        float* h, int k, int H, int I) {
+    PDL_ENTRY();
     const int j = blockIdx.y * MOE_WARPS + (threadIdx.x >> 5);
     if (j >= I) return;
     const long long p = blockIdx.x;
@@ -94,6 +97,7 @@ extern "C" __global__ void moe_gate_up(const float* x, const int* ids, const uns
 // (no fma), as scale_rows then add compute them.
 extern "C" __global__ void moe_down(const float* h, const int* ids, const float* wts,
                                     const unsigned short* down, float* y, int k, int H, int I) {
+    PDL_ENTRY();
     const int c = blockIdx.y * MOE_WARPS + (threadIdx.x >> 5);
     if (c >= H) return;
     const long long row = blockIdx.x;

@@ -34,6 +34,7 @@ from engine.ops.cupy_graph import Body, StepGraph, StepGraphs
 from engine.ops.cupy_info import device_info
 from engine.ops.cupy_kv import KINDS, CupyKV
 from engine.ops.cupy_lanes import CupyLanes
+from engine.ops.cupy_launch import PdlKernel
 from engine.ops.cupy_options import CupyOptions
 
 F32 = cp.float32
@@ -62,6 +63,10 @@ BATCH_TILES = 64
 
 def _blocks(total: int, threads: int = 256) -> tuple[int, ...]:
     return (max(1, -(-total // threads)),)
+
+
+def _plain_kernel(fn: Any) -> Any:
+    return fn
 
 
 def _ptr(a: Any) -> Any:
@@ -96,8 +101,9 @@ class CupyOps:
         self.key_block = 0  # attention chunks are head_dim keys long (see the kernel)
         code = "\n".join((Path(__file__).parent / f).read_text() for f in _SOURCES)
         self.module = cp.RawModule(code=code, options=("-std=c++17",))
+        kernel = PdlKernel if self.options.pdl else _plain_kernel
         self.k = {
-            n: self.module.get_function(n)
+            n: kernel(self.module.get_function(n))
             for n in (
                 "to_bf16", "rms_norm", "add_rms_norm", "rope", "silu_mul", "kv_store",
                 "kv_store2", "qk_norm_rope", "expert_gemv", "moe_route", "moe_gate_up",
@@ -105,12 +111,14 @@ class CupyOps:
             )
         }  # fmt: skip
         self.attend_k = {
-            (kind, d, split): self.module.get_function(f"attend_{kind}_{d}{split}")
+            (kind, d, split): kernel(self.module.get_function(f"attend_{kind}_{d}{split}"))
             for kind in KINDS
             for d in ATTEND_HEAD_DIMS
             for split in ("", "_split")
         }
-        self.merge_k = {d: self.module.get_function(f"attend_merge_{d}") for d in ATTEND_HEAD_DIMS}
+        self.merge_k = {
+            d: kernel(self.module.get_function(f"attend_merge_{d}")) for d in ATTEND_HEAD_DIMS
+        }
         cupy_attention.allow_shared(self.attend_k)
         self.blas = Cublas()
         # provenance: GPU, NVIDIA driver, CUDA driver API and runtime, cuBLAS, CuPy

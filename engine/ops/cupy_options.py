@@ -35,6 +35,9 @@ class CupyOptions:
     # a warp per output, any row count) or "mma" (cupy_mma.cu: tensor cores, any row count);
     # each another summation, other bits
     gemm: str = "cublas"
+    # captured graphs launch our kernels with programmatic dependent launch (cupy_launch.py):
+    # the next kernel's launch overlaps the tail of the one before; the same kernels, bits
+    pdl: bool = True
 
     def __post_init__(self) -> None:
         if self.row_tile < 1:
@@ -48,10 +51,10 @@ class CupyOptions:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> CupyOptions:
-        """ENGINE_CUPY_ROW_TILE (a positive integer, default 8) and ENGINE_CUPY_GRAPHS
-        (1 or 0, default 1), ENGINE_CUPY_ATTEND_SPLIT and ENGINE_CUPY_GRAPH_ROWS (integers
-        >= 0, default 512 and 64), ENGINE_CUPY_GEMM (cublas, own or mma, default cublas); a bad
-        value is one InputError naming the variable."""
+        """ENGINE_CUPY_ROW_TILE (a positive integer, default 8), ENGINE_CUPY_GRAPHS and
+        ENGINE_CUPY_PDL (1 or 0, default 1), ENGINE_CUPY_ATTEND_SPLIT and
+        ENGINE_CUPY_GRAPH_ROWS (integers >= 0, default 512 and 64), ENGINE_CUPY_GEMM (cublas,
+        own or mma, default cublas); a bad value is one InputError naming the variable."""
         env = os.environ if environ is None else environ
         tile = env.get("ENGINE_CUPY_ROW_TILE", "8").strip()
         if not tile.isdigit() or int(tile) < 1:
@@ -59,6 +62,9 @@ class CupyOptions:
         graphs = env.get("ENGINE_CUPY_GRAPHS", "1").strip()
         if graphs not in ("0", "1"):
             raise InputError(f"ENGINE_CUPY_GRAPHS: '{graphs}' is not 0 or 1")
+        pdl = env.get("ENGINE_CUPY_PDL", "1").strip()
+        if pdl not in ("0", "1"):
+            raise InputError(f"ENGINE_CUPY_PDL: '{pdl}' is not 0 or 1")
         ints = {}
         for name, field in (("ATTEND_SPLIT", "attend_split"), ("GRAPH_ROWS", "graph_rows")):
             got = env.get(f"ENGINE_CUPY_{name}", str(getattr(cls, field))).strip()
@@ -66,4 +72,4 @@ class CupyOptions:
                 raise InputError(f"ENGINE_CUPY_{name}: '{got}' is not an integer >= 0")
             ints[field] = int(got)
         gemm = env.get("ENGINE_CUPY_GEMM", cls.gemm).strip()
-        return cls(row_tile=int(tile), graphs=graphs == "1", gemm=gemm, **ints)
+        return cls(row_tile=int(tile), graphs=graphs == "1", gemm=gemm, pdl=pdl == "1", **ints)

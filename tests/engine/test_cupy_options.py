@@ -20,6 +20,9 @@ def test_defaults_and_values_from_the_environment() -> None:
     assert CupyOptions.from_environ({"ENGINE_CUPY_GRAPH_ROWS": "512"}).graph_rows == 512
     assert CupyOptions.from_environ({}).gemm == "cublas"
     assert CupyOptions.from_environ({"ENGINE_CUPY_GEMM": "own"}).gemm == "own"
+    assert CupyOptions.from_environ({"ENGINE_CUPY_GEMM": "mma"}).gemm == "mma"
+    assert CupyOptions.from_environ({}).pdl is True
+    assert CupyOptions.from_environ({"ENGINE_CUPY_PDL": "0"}).pdl is False
 
 
 @pytest.mark.parametrize(
@@ -33,6 +36,7 @@ def test_defaults_and_values_from_the_environment() -> None:
         ({"ENGINE_CUPY_GRAPH_ROWS": "-8"}, "ENGINE_CUPY_GRAPH_ROWS"),
         ({"ENGINE_CUPY_GEMM": "cutlass"}, "ENGINE_CUPY_GEMM"),
         ({"ENGINE_CUPY_GEMM": ""}, "ENGINE_CUPY_GEMM"),
+        ({"ENGINE_CUPY_PDL": "on"}, "ENGINE_CUPY_PDL"),
     ],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], name: str) -> None:
