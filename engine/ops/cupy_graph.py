@@ -24,7 +24,6 @@ import cupy as cp
 import cupyx
 import numpy as np
 
-from engine.ops.cupy_launch import programmatic
 from engine.ops.cupy_rows import DeviceRows, RowBlock
 
 PINNED_BYTES = 1 << 16  # outputs this large come back through page-locked memory
@@ -85,8 +84,7 @@ class StepGraph:
             cp.cuda.set_allocator(own.malloc)
             try:
                 self.stream.begin_capture()
-                with programmatic():  # PdlKernels launch with the PDL attribute (cupy_launch)
-                    self.out = self.body(owner, self.dev)
+                self.out = self.body(owner, self.dev)
                 self.graph = self.stream.end_capture()
             finally:
                 cp.cuda.set_allocator(cp.get_default_memory_pool().malloc)

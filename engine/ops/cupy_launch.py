@@ -7,16 +7,13 @@ takes no attributes), a kernel's blocks are launched while the kernel before fin
 kernel of ours begins with `griddepcontrol.wait` (PDL_ENTRY, cupy_kernels.cu): it waits
 there until the grid before has completed and its memory is visible, before it reads or
 writes anything. So the kernels, their order and every sum are what they were: the same
-bits; only launch latency is hidden. Eager launches and launches outside a capture take
-CuPy's plain path.
+bits; only launch latency is hidden. CupyOps hands a graph's body these launches (its
+warm-up and its capture); eager launches elsewhere keep CuPy's own call, with no wrapper.
 """
 
 from __future__ import annotations
 
 import ctypes
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import cupy as cp
@@ -31,7 +28,6 @@ _SCALARS = {
     np.dtype(np.uint64): ctypes.c_uint64,
     np.dtype(np.float32): ctypes.c_float,
 }
-_state = threading.local()
 
 
 class _Attribute(ctypes.Structure):  # CUlaunchAttribute: id, padding, a 64-byte union
@@ -65,17 +61,6 @@ def _launch_ex() -> Any:
     return _driver
 
 
-@contextmanager
-def programmatic() -> Iterator[None]:
-    """Launches of PdlKernels on this thread get the PDL attribute (a graph capture)."""
-    before = getattr(_state, "on", False)
-    _state.on = True
-    try:
-        yield
-    finally:
-        _state.on = before
-
-
 def _param(a: Any) -> Any:
     if isinstance(a, cp.ndarray):
         return ctypes.c_void_p(a.data.ptr)
@@ -90,7 +75,7 @@ def _dims(d: tuple[int, ...]) -> Any:
 
 class PdlKernel:
     """A RawKernel's call, `(grid, block, args, shared_mem=)`, launched with the PDL
-    attribute inside `programmatic()`, and as CuPy launches it elsewhere."""
+    attribute through cuLaunchKernelEx on the current stream."""
 
     def __init__(self, fn: Any) -> None:
         self.fn = fn
@@ -106,9 +91,6 @@ class PdlKernel:
     def __call__(
         self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...], **kw: int
     ) -> None:
-        if not getattr(_state, "on", False):
-            self.fn(grid, block, args, **kw)
-            return
         held = [_param(a) for a in args]
         params = (ctypes.c_void_p * len(held))(*(ctypes.addressof(h) for h in held))
         stream = cp.cuda.get_current_stream().ptr

@@ -65,10 +65,6 @@ def _blocks(total: int, threads: int = 256) -> tuple[int, ...]:
     return (max(1, -(-total // threads)),)
 
 
-def _plain_kernel(fn: Any) -> Any:
-    return fn
-
-
 def _ptr(a: Any) -> Any:
     """A kernel's optional array argument: the array, or a null pointer."""
     return a if a is not None else np.uint64(0)
@@ -101,9 +97,8 @@ class CupyOps:
         self.key_block = 0  # attention chunks are head_dim keys long (see the kernel)
         code = "\n".join((Path(__file__).parent / f).read_text() for f in _SOURCES)
         self.module = cp.RawModule(code=code, options=("-std=c++17",))
-        kernel = PdlKernel if self.options.pdl else _plain_kernel
         self.k = {
-            n: kernel(self.module.get_function(n))
+            n: self.module.get_function(n)
             for n in (
                 "to_bf16", "rms_norm", "add_rms_norm", "rope", "silu_mul", "kv_store",
                 "kv_store2", "qk_norm_rope", "expert_gemv", "moe_route", "moe_gate_up",
@@ -111,15 +106,16 @@ class CupyOps:
             )
         }  # fmt: skip
         self.attend_k = {
-            (kind, d, split): kernel(self.module.get_function(f"attend_{kind}_{d}{split}"))
+            (kind, d, split): self.module.get_function(f"attend_{kind}_{d}{split}")
             for kind in KINDS
             for d in ATTEND_HEAD_DIMS
             for split in ("", "_split")
         }
-        self.merge_k = {
-            d: kernel(self.module.get_function(f"attend_merge_{d}")) for d in ATTEND_HEAD_DIMS
-        }
+        self.merge_k = {d: self.module.get_function(f"attend_merge_{d}") for d in ATTEND_HEAD_DIMS}
         cupy_attention.allow_shared(self.attend_k)
+        # the same kernels launched with PDL: what a graph's body uses (run_graph)
+        self._pdl = tuple({n: PdlKernel(f) for n, f in d.items()}
+                          for d in (self.k, self.attend_k, self.merge_k))  # fmt: skip
         self.blas = Cublas()
         # provenance: GPU, NVIDIA driver, CUDA driver API and runtime, cuBLAS, CuPy
         self.info = device_info(self.blas.version)
@@ -377,7 +373,23 @@ class CupyOps:
         (cupy_graph.py); None where graphs are off (the caller runs eagerly, same bits)."""
         if not self.graphs:
             return None
-        return self._graphs.run(owner, key, inputs, body, take)
+        return self._graphs.run(owner, key, inputs, self._pdl_body(body), take)
+
+    def _pdl_body(self, body: Body) -> Body:
+        """body, launching our kernels with PDL while it runs (its warm-up and its capture;
+        cupy_launch.py), where options.pdl; eager launches elsewhere keep CuPy's own call."""
+        if not self.options.pdl:
+            return body
+
+        def with_pdl(owner: Any, dev: dict[str, Any]) -> Any:
+            plain = self.k, self.attend_k, self.merge_k
+            self.k, self.attend_k, self.merge_k = self._pdl
+            try:
+                return body(owner, dev)
+            finally:
+                self.k, self.attend_k, self.merge_k = plain
+
+        return with_pdl
 
     def step_graph(self, owner: Any, key: Hashable) -> StepGraph | None:
         """The graph run_graph keeps for (owner, key), for benchmarks (replay_ms)."""
