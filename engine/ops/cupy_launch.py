@@ -14,6 +14,7 @@ warm-up and its capture); eager launches elsewhere keep CuPy's own call, with no
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from typing import Any
 
 import cupy as cp
@@ -99,3 +100,25 @@ class PdlKernel:
         rc = _launch_ex()(ctypes.byref(cfg), self.fn.kernel.ptr, params, None)
         if rc:
             raise EngineFailure(f"cupy launch: cuLaunchKernelEx failed (CUresult {rc})")
+
+
+def pdl_kernels(*tables: dict[Any, Any]) -> tuple[dict[Any, PdlKernel], ...]:
+    """Each table of RawKernels as PdlKernels: what a graph's body launches."""
+    return tuple({n: PdlKernel(f) for n, f in t.items()} for t in tables)
+
+
+def pdl_body(ops: Any, body: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """body, launching ops' kernels with PDL while it runs (a graph's warm-up and capture),
+    where ops.options.pdl; eager launches elsewhere keep CuPy's own call."""
+    if not ops.options.pdl:
+        return body
+
+    def with_pdl(owner: Any, dev: Any) -> Any:
+        plain = ops.k, ops.attend_k, ops.merge_k
+        ops.k, ops.attend_k, ops.merge_k = ops.pdl_kernels
+        try:
+            return body(owner, dev)
+        finally:
+            ops.k, ops.attend_k, ops.merge_k = plain
+
+    return with_pdl

@@ -34,7 +34,7 @@ from engine.ops.cupy_graph import Body, StepGraph, StepGraphs
 from engine.ops.cupy_info import device_info
 from engine.ops.cupy_kv import KINDS, CupyKV
 from engine.ops.cupy_lanes import CupyLanes
-from engine.ops.cupy_launch import PdlKernel
+from engine.ops.cupy_launch import pdl_body, pdl_kernels
 from engine.ops.cupy_options import CupyOptions
 
 F32 = cp.float32
@@ -113,9 +113,7 @@ class CupyOps:
         }
         self.merge_k = {d: self.module.get_function(f"attend_merge_{d}") for d in ATTEND_HEAD_DIMS}
         cupy_attention.allow_shared(self.attend_k)
-        # the same kernels launched with PDL: what a graph's body uses (run_graph)
-        self._pdl = tuple({n: PdlKernel(f) for n, f in d.items()}
-                          for d in (self.k, self.attend_k, self.merge_k))  # fmt: skip
+        self.pdl_kernels = pdl_kernels(self.k, self.attend_k, self.merge_k)
         self.blas = Cublas()
         # provenance: GPU, NVIDIA driver, CUDA driver API and runtime, cuBLAS, CuPy
         self.info = device_info(self.blas.version)
@@ -373,23 +371,7 @@ class CupyOps:
         (cupy_graph.py); None where graphs are off (the caller runs eagerly, same bits)."""
         if not self.graphs:
             return None
-        return self._graphs.run(owner, key, inputs, self._pdl_body(body), take)
-
-    def _pdl_body(self, body: Body) -> Body:
-        """body, launching our kernels with PDL while it runs (its warm-up and its capture;
-        cupy_launch.py), where options.pdl; eager launches elsewhere keep CuPy's own call."""
-        if not self.options.pdl:
-            return body
-
-        def with_pdl(owner: Any, dev: dict[str, Any]) -> Any:
-            plain = self.k, self.attend_k, self.merge_k
-            self.k, self.attend_k, self.merge_k = self._pdl
-            try:
-                return body(owner, dev)
-            finally:
-                self.k, self.attend_k, self.merge_k = plain
-
-        return with_pdl
+        return self._graphs.run(owner, key, inputs, pdl_body(self, body), take)
 
     def step_graph(self, owner: Any, key: Hashable) -> StepGraph | None:
         """The graph run_graph keeps for (owner, key), for benchmarks (replay_ms)."""
