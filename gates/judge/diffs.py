@@ -3,7 +3,7 @@ tokens part, the bits behind equal tokens part, what a client reads parts, or ``
 reply) and a request left out of the count (``Skipped``).
 
 Each ``to_json`` writes the record as the manifest has always held it (the same keys, in
-the same order, absent where they were absent), and ``diff_of`` reads one back, so a
+the same order, absent where they were absent), and ``from_json`` reads one back, so a
 manifest's bytes and the receipt rendered from it do not change with the types.
 """
 
@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from gates.jsontypes import JsonObject
 from gates.plan.request import PromptRequest
 
 
-def _request_of(d: dict[str, Any]) -> PromptRequest | None:
-    got = d.get("request")
+def _request(got: Any) -> PromptRequest | None:
+    """A record's ``request`` (the line the engine was sent), read; None where it is null."""
     return PromptRequest.from_json(got) if got is not None else None
 
 
@@ -27,11 +28,11 @@ class Skipped:
     id: str
     reason: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"id": self.id, "reason": self.reason}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Skipped:
+    def from_json(cls, d: JsonObject) -> Skipped:
         return cls(str(d["id"]), str(d["reason"]))
 
 
@@ -62,7 +63,7 @@ class TokensDiff:
     b_text: str | None = None
     common_text: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         req = self.request.to_json() if self.request is not None else None
         out = {"id": self.id, "kind": self.KIND, "prompt_tokens": self.prompt_tokens}
         out |= {"request": req, "a_len": self.a_len, "b_len": self.b_len}
@@ -82,12 +83,12 @@ class TokensDiff:
         return out
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> TokensDiff:
+    def from_json(cls, d: JsonObject) -> TokensDiff:
         err, window = d.get("error"), "a_ids" in d
         return cls(
             id=d["id"],
             prompt_tokens=d.get("prompt_tokens"),
-            request=_request_of(d),
+            request=_request(d.get("request")),
             a_len=d.get("a_len", 0),
             b_len=d.get("b_len", 0),
             a_finish=d.get("a_finish"),
@@ -130,7 +131,7 @@ class BitsDiff:
     b_hash: str | None = None
     a_text: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         req = self.request.to_json() if self.request is not None else None
         out = {"id": self.id, "kind": self.KIND, "bits_of": self.bits_of}
         out |= {"prompt_tokens": self.prompt_tokens, "request": req, "index": self.index}
@@ -147,12 +148,12 @@ class BitsDiff:
         return out
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> BitsDiff:
+    def from_json(cls, d: JsonObject) -> BitsDiff:
         return cls(
             id=d["id"],
             bits_of=d.get("bits_of", ""),
             prompt_tokens=d.get("prompt_tokens"),
-            request=_request_of(d),
+            request=_request(d.get("request")),
             index=d.get("index"),
             a_len=d.get("a_len", 0),
             b_len=d.get("b_len", 0),
@@ -184,7 +185,7 @@ class FieldsDiff:
     request: PromptRequest | None
     length: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         req = self.request.to_json() if self.request is not None else None
         out = {"id": self.id, "kind": self.KIND, "field": self.field}
         out |= {"a_value": self.a_value, "b_value": self.b_value}
@@ -192,14 +193,14 @@ class FieldsDiff:
         return out | {"a_len": self.length, "b_len": self.length}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> FieldsDiff:
+    def from_json(cls, d: JsonObject) -> FieldsDiff:
         return cls(
             id=d["id"],
             field=d.get("field", ""),
             a_value=d.get("a_value"),
             b_value=d.get("b_value"),
             prompt_tokens=d.get("prompt_tokens"),
-            request=_request_of(d),
+            request=_request(d.get("request")),
             length=d.get("a_len", 0),
         )
 
@@ -214,19 +215,19 @@ class Missing:
     id: str
     request: PromptRequest | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         req = self.request.to_json() if self.request is not None else None
         return {"id": self.id, "missing": True, "index": None, "request": req}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Missing:
-        return cls(d["id"], _request_of(d))
+    def from_json(cls, d: JsonObject) -> Missing:
+        return cls(d["id"], _request(d.get("request")))
 
 
 Diff = TokensDiff | BitsDiff | FieldsDiff | Missing
 
 
-def diff_of(d: dict[str, Any]) -> Diff:
+def from_json(d: JsonObject) -> Diff:
     """A differing request as the manifest holds it."""
     if d.get("missing"):
         return Missing.from_json(d)

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
-from gates.judge.diffs import Diff, Skipped, diff_of
+from gates.jsontypes import JsonObject
+from gates.judge import diffs as diffs_mod
+from gates.judge.diffs import Diff, Skipped
 from gates.run.results import Status, as_json, need, status_of, typed
 
+# a value a gate's entry shows beside its name: a metric as the engine reported it, or text
+# made to be shown ("0.912 (31/34)", "3 → 4")
+Shown: TypeAlias = int | float | str | bool | None
 ORDER = (Status.FAIL, Status.COULD_NOT_RUN, Status.PASS, Status.NOT_COMPARABLE)
 
 
@@ -43,7 +48,7 @@ class Comparison:
     diffs: list[Diff] = field(default_factory=list)
     n_diffs: int = 0
     skipped: list[Skipped] = field(default_factory=list)
-    values: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Shown] = field(default_factory=dict)
     notice: str | None = None
     stderr_tail: str | None = None
     blocked_arm: str | None = None
@@ -59,19 +64,19 @@ class Comparison:
     def where(self) -> str:
         return self.b or self.arm or ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         out = as_json(self)
         out["diffs"] = [x.to_json() for x in self.diffs]
         out["skipped"] = [x.to_json() for x in self.skipped]
         return out
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Comparison:
+    def from_json(cls, d: JsonObject) -> Comparison:
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
         kw["status"] = status_of(d)
         kw["column"] = need(d, "column", "gate entry")
-        kw["diffs"] = [diff_of(x) for x in d.get("diffs", [])]
+        kw["diffs"] = [diffs_mod.from_json(x) for x in d.get("diffs", [])]
         kw["skipped"] = [Skipped.from_json(x) for x in d.get("skipped", [])]
         return cls(**kw)
 
@@ -85,11 +90,11 @@ class Cell:
     total: int
     counts: dict[str, int]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return as_json(self)
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Cell:
+    def from_json(cls, d: JsonObject) -> Cell:
         m, t = need(d, "matched", "gate cell"), need(d, "total", "gate cell")
         return cls(status_of(d), m, t, dict(d.get("counts", {})))
 
@@ -108,14 +113,14 @@ class GateResult:
     reference: Any = None
     limits: Any = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         out = as_json(self)
         out["cells"] = {k: c.to_json() for k, c in self.cells.items()}
         out["entries"] = [e.to_json() for e in self.entries]
         return out
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> GateResult:
+    def from_json(cls, d: JsonObject) -> GateResult:
         return cls(
             name=need(d, "name", "gate result"),
             kind=need(d, "kind", "gate result"),
@@ -139,7 +144,7 @@ class CheckOutcome:
     budget."""
 
     ok: bool | None
-    values: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Shown] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     notice: str | None = None
 

@@ -17,6 +17,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from gates.jsontypes import JsonObject
+
 AXIS_FIELDS = ("model", "backend", "prompts", "kv", "parallel", "paging", "drafter", "flags")
 # Always written; the rest only when set (not None).
 REQUIRED = (*AXIS_FIELDS, "max_tokens", "serial", "resumed")
@@ -53,14 +55,14 @@ class ArmConfig:
     def replace(self, **changes: Any) -> ArmConfig:
         return dataclasses.replace(self, **changes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The config as JSON: its keys sorted, those not set (None) left out."""
         out = {k: getattr(self, k) for k in sorted(FIELDS)}
         out["flags"] = dict(self.flags)
         return {k: v for k, v in out.items() if v is not None}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> ArmConfig:
+    def from_json(cls, d: JsonObject) -> ArmConfig:
         """A config as ``to_json`` wrote it; ValueError naming a key missing, unknown or
         null (it would not be written back as it was read)."""
         if not isinstance(d, dict):

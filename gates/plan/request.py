@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gates import BadInput
+from gates.jsontypes import JsonObject
 
 HARNESS_KEYS = ("note", "resume_from")
 PROMPT_KEYS = ("prompt", "prompt_ids", "messages")
@@ -52,7 +53,7 @@ class PromptRequest:
     def is_chat(self) -> bool:
         return self.prompt_key == "messages"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The request line as read (a fresh object each time)."""
         return json.loads(self.line)
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+
+from gates.jsontypes import JsonObject
 
 SAMPLE_PER = ("block", "repeat")  # what gives one pair of values: a block, or each repeat
 
@@ -64,11 +65,11 @@ class SpeedSpec:
         machine) gives ``repeats`` samples; ``block``: one sample per block."""
         return self.sample_per == "repeat"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in vars(self).items()}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> SpeedSpec:
+    def from_json(cls, d: JsonObject) -> SpeedSpec:
         """A section as ``to_json`` wrote it (a key this runner does not know is left out)."""
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in names}

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from gates.judge import diffs as diffs_mod
 from gates.judge.checks import equality
-from gates.judge.diffs import Diff, Skipped, diff_of
+from gates.judge.diffs import Diff, Skipped
 from gates.judge.results import Equality
 from gates.plan.request import PromptRequest
 from gates.run.reply import Reply
@@ -36,7 +37,7 @@ def bits_difference(x: dict, y: dict) -> tuple[str, int | None] | None:
 
 
 def _diff(rid: str, a: dict, b: dict, *rest: Any) -> dict[str, Any]:
-    """The record as the manifest holds it (to_json), read back unchanged by diff_of."""
+    """The record as the manifest holds it (to_json), read back unchanged by diffs_mod.from_json."""
     return _written(equality._diff(rid, R(a), R(b), *rest))
 
 
@@ -50,7 +51,7 @@ def _fields_diff(rid: str, a: dict, *rest: Any) -> dict[str, Any]:
 
 def _written(d: Diff) -> dict[str, Any]:
     out = d.to_json()
-    assert diff_of(out) == d and list(diff_of(out).to_json()) == list(out)
+    assert diffs_mod.from_json(out) == d and list(diffs_mod.from_json(out).to_json()) == list(out)
     return out
 
 

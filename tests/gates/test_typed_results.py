@@ -65,7 +65,7 @@ TYPED = (
 )
 
 # (module, function, parameter or "return"): what the dict is, since it is not a result
-RESULTS = ("gates.run.results", "gates.judge.results", "gates.plan.arm_config", "gates.judge.diffs")
+RESULTS = ("gates.run.results",)
 RECEIPT = ("gates.report.receipt.render", "gates.report.receipt.failures")
 ALLOWED = {
     # the manifest itself: JSON as written to disk; its gates are read through gates_of
@@ -74,13 +74,10 @@ ALLOWED = {
     ("gates.judge.results", "gates_of", "man"): "manifest",
     **{(m, "*", "return"): "to_json: JSON being written" for m in RESULTS},
     **{(m, "*", "d"): "from_json: JSON being read" for m in RESULTS},
-    ("gates.judge.results", "__init__", "values"): "metric name -> value, shown as is",
     ("gates.run.results", "__init__", "metrics"): "the engine's metrics, as it wrote them",
     ("gates.run.results", "__init__", "replies"): "reply summaries: id, token count, hash",
     ("gates.run.results", "__init__", "trace"): "the engine's schedule trace, as it wrote it",
     ("gates.power.run", "failed_gates", "manifest"): "manifest, read through gates_of",
-    ("gates.plan.request", "to_json", "return"): "a request line as written out: the engine's "
-    "request file, a differing request in the manifest",
     ("gates.run.store", "arm_key", "config"): "JSON being hashed: ArmConfig.to_json and what "
     "joins it in the key (the served client's version, the plain twin's key)",
     ("gates.run.store", "fingerprint", "m"): "the machine's description, not a result",
@@ -111,15 +108,11 @@ ALLOWED = {
     ("gates.run.speed.measure", "judge", "samples"): "blocks' records from run_block",
     ("gates.run.speed.estimate", "*", "runs"): "the engine's timed runs as it printed them",
     ("gates.run.speed.lockstep", "*", "return"): "a JSON line the engine printed",
-    ("gates.run.speed.results", "*", "return"): "to_json: JSON being written",
-    ("gates.run.speed.results", "*", "d"): "from_json: JSON being read",
     ("gates.run.speed.results", "*", "man"): "manifest",
     ("gates.run.speed.results", "__init__", "samples"): "blocks' records, JSON for the manifest",
     ("gates.report.merge", "load", "return"): "a shard manifest: JSON read from disk",
     ("gates.report.merge", "*", "docs"): "shard manifests: JSON read from disk",
     ("gates.report.merge", "check_inputs", "first"): "a shard manifest: JSON read from disk",
-    ("gates.judge.checks.schedule", "from_json", "d"): "a trace row as the engine wrote it",
-    ("gates.judge.checks.schedule", "_mapping", "return"): "a mapping of a trace row, as written",
 }
 
 DICT = dict[str, Any]
@@ -135,7 +128,9 @@ def holds_json(hint: Any) -> bool:
 
 def holds_dict(hint: Any) -> bool:
     """A bare ``dict[str, Any]``, alone or inside another type (a list of them, one per
-    arm, one or None, ...)."""
+    arm, one or None, ...). A JsonObject is not one: where it may be, json_off_the_edge says."""
+    if hint == JsonObject:
+        return False
     return hint == DICT or any(holds_dict(a) for a in typing.get_args(hint))
 
 

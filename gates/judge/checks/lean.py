@@ -26,6 +26,7 @@ from typing import Any
 import git
 
 from gates import EXIT_GATE_FAILED, EXIT_OK, BadInput
+from gates.jsontypes import JsonObject
 from gates.run import refs
 
 Key = tuple[str, str, str]
@@ -44,8 +45,8 @@ class Problem:
     message: str | None
 
     @classmethod
-    def from_ruff(cls, item: dict[str, Any], worktree: Path) -> Problem:
-        """One item of ``ruff check --output-format json``."""
+    def parse(cls, item: JsonObject, worktree: Path) -> Problem:
+        """One item of ``ruff check --output-format json``, read."""
         file = str(item["filename"])
         with contextlib.suppress(ValueError):
             file = str(Path(file).resolve().relative_to(worktree.resolve()))
@@ -68,11 +69,11 @@ class Lean:
     problems: tuple[Problem, ...] = ()  # the first SHOWN new ones
     reason: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self) | {"problems": [asdict(p) for p in self.problems]}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Lean:
+    def from_json(cls, d: JsonObject) -> Lean:
         """The manifest's ``lean`` section, as ``to_json`` wrote it."""
         names = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
@@ -93,7 +94,7 @@ def problems(worktree: Path) -> list[Problem]:
         if "No module named ruff" in out.stderr:
             raise BadInput("lean: ruff is not installed (pip install ruff)")
         raise BadInput(f"lean: ruff failed in {worktree}: {out.stderr.strip()[-400:]}")
-    return [Problem.from_ruff(item, worktree) for item in json.loads(out.stdout or "[]")]
+    return [Problem.parse(item, worktree) for item in json.loads(out.stdout or "[]")]
 
 
 def normalise(message: str) -> str:

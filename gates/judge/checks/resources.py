@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from gates.judge.results import CheckOutcome
+from gates.judge.results import CheckOutcome, Shown
 from gates.run.results import ArmRun
 
 LABELS = {
@@ -22,7 +20,7 @@ OPTIONAL = ("drafter_states", "live_streams", "waiting_streams")
 def check(result: ArmRun, limits: dict[str, int]) -> CheckOutcome:
     """ok None: the engine reports no metric the limits name (one that is not OPTIONAL)."""
     metrics = result.metrics
-    values: dict[str, Any] = {}
+    values: dict[str, Shown] = {}
     problems: list[str] = []
     missing: list[str] = []
     for name, limit in limits.items():

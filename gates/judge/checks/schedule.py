@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gates.jsontypes import JsonObject
 from gates.judge.results import CheckOutcome
 from gates.run.results import ArmRun
 
@@ -60,9 +61,14 @@ def _ids(v: Any) -> tuple[str, ...]:
     return tuple(str(x) for x in v) if isinstance(v, (list, dict)) else ()
 
 
-def _mapping(v: Any) -> dict[str, Any]:
-    """A mapping the trace wrote, its keys request ids; empty for null."""
-    return {str(k): x for k, x in v.items()} if isinstance(v, dict) else {}
+def _stepped(v: Any) -> dict[str, int]:
+    """Rows stepped per prompt, as the trace wrote them (keys request ids); empty for null."""
+    return {str(k): int(x) for k, x in v.items()} if isinstance(v, dict) else {}
+
+
+def _arrived(v: Any) -> dict[str, str]:
+    """short | long per arrived prompt, as the trace wrote it; empty for null."""
+    return {str(k): str(x) for k, x in v.items()} if isinstance(v, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -80,17 +86,14 @@ class TraceRow:
     finished: tuple[str, ...] = ()
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> TraceRow:
-        stepped, arrived = _mapping(d.get("stepped")), _mapping(d.get("arrived"))
+    def from_json(cls, d: JsonObject) -> TraceRow:
         return cls(
             kind=d.get("kind"),
             decoding=_ids(d.get("decoding")),
             decoded=_ids(d.get("decoded")),
-            stepped={k: int(v) for k, v in stepped.items()},
+            stepped=_stepped(d.get("stepped")),
             waiting=_ids(d.get("waiting")),
-            arrived={str(k): str(v) for k, v in arrived.items()}
-            if isinstance(arrived, dict)
-            else {},
+            arrived=_arrived(d.get("arrived")),
             debt_ms=float(d.get("debt_ms") or 0.0),
             first_token=_ids(d.get("first_token")),
             finished=_ids(d.get("finished")),

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from gates.jsontypes import JsonObject
 from gates.plan.speed import SpeedSpec
 from gates.run.results import Status
 
@@ -57,13 +58,13 @@ class SpeedCell:
     verdict: Verdict = Verdict.INCONCLUSIVE
     accepted_by: str | None = None  # a slower cell accepted (gates/report/accept.py): who, how
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         out = {f.name: _num(getattr(self, f.name)) for f in dataclasses.fields(self)}
         out["verdict"] = str(self.verdict)
         return out
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> SpeedCell:
+    def from_json(cls, d: JsonObject) -> SpeedCell:
         kw = {f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d}
         for k in ("base", "head", "speed", "speed_lo", "speed_hi", "ratio", "p", "p_holm"):
             if k in kw:
@@ -99,7 +100,7 @@ class SpeedRun:
             out[c.verdict] = out.get(c.verdict, 0) + 1
         return out
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["status"] = str(self.status)
         out["cells"] = [c.to_json() for c in self.cells]
@@ -107,7 +108,7 @@ class SpeedRun:
         return out
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> SpeedRun:
+    def from_json(cls, d: JsonObject) -> SpeedRun:
         kw = {f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d}
         kw["status"] = Status(d["status"])
         kw["cells"] = [SpeedCell.from_json(c) for c in d.get("cells") or []]
