@@ -55,7 +55,7 @@ def summarize(paths: list[str]) -> str:
             x
             for r in runs
             for b in r.samples
-            for x in (b.get("load_before"), b.get("load_after"))
+            for x in (b.load_before, b.load_after)
             if x is not None
         )
         load = f"; load average {loads[0]:.1f}..{loads[-1]:.1f}" if loads else ""

@@ -101,8 +101,9 @@ def test_the_bench_the_speed_runner_drives_is_the_schema_it_reads(root, tmp_path
         check=True,
     ).stdout.splitlines()
     header, *answers = (json.loads(x) for x in out)
-    assert schema.OLDEST <= schema.check_header(header) <= schema.SCHEMA
+    assert schema.OLDEST <= schema.Header.parse(header).version <= schema.SCHEMA
     done = [a for a in answers if a.get("done") is True]
     assert len(done) == 1 and answers[-1]["parallel"] == 1
     for got, n in ((done[0], 2), (answers[-1], 1)):
-        assert schema.check_run(got, n, list(schema.METRICS)) is got
+        run = schema.TimedRun.parse(got, n, list(schema.METRICS))
+        assert run.parallel == n and run.kept == {k: got[k] for k in schema.KEEP if k in got}

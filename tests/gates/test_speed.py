@@ -22,7 +22,7 @@ from gates.report.receipt import render
 from gates.run.results import Status
 from gates.run.speed import estimate, schema, stats
 from gates.run.speed.measure import judge, max_looks
-from gates.run.speed.results import SpeedRun, Verdict
+from gates.run.speed.results import Sample, SpeedRun, Verdict
 
 BETTER = {m: v.better for m, v in schema.METRICS.items()}
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,11 +128,16 @@ def test_outliers_flag_unstable():
     assert c.unstable == []
 
 
-def _run(n: int, round_cpu: list[float]) -> dict:
+def _line(n: int, round_cpu: list[float]) -> dict:
+    """A timed run's line as engine bench printed it."""
     k = len(round_cpu)
     acts = {"kind": ["short"] + ["round"] * k, "cpu_s": [0.01, *round_cpu]}
     acts.update(wall_s=acts["cpu_s"], rows=[64] + [n] * k, tokens=[n] + [n] * k)
     return {"parallel": n, "ttft_ms": 5.0, "cpu_s_per_token": 0.01, "actions": acts}
+
+
+def _run(n: int, round_cpu: list[float]) -> schema.TimedRun:
+    return schema.TimedRun.parse(_line(n, round_cpu), n, [])
 
 
 def test_estimate_takes_a_quantile_of_actions():
@@ -146,7 +151,7 @@ def test_estimate_takes_a_quantile_of_actions():
 
 
 def test_schema_checks():
-    assert schema.check_header({"bench_schema": 2, "ready": True}) == 2
+    assert schema.Header.parse({"bench_schema": 2, "ready": True}).version == 2
     for bad, why in (
         ({"ready": True}, "no bench_schema"),
         ({"bench_schema": 1}, "no --lockstep"),
@@ -154,17 +159,19 @@ def test_schema_checks():
         ({"bench_schema": "2"}, "not a version"),
     ):
         with pytest.raises(schema.NotComparable, match=why):
-            schema.check_header(bad)
-    ok = _run(2, [1e-3])
-    assert schema.check_run(ok, 2, ["ttft_ms"]) is ok
+            schema.Header.parse(bad)
+    ok = _line(2, [1e-3])
+    got = schema.TimedRun.parse(ok, 2, ["ttft_ms"])
+    assert got.parallel == 2 and got.actions is not None and got.actions.rows == (64, 2)
+    assert got.to_json() == {"side": "", "parallel": 2, "cpu_s_per_token": 0.01, "ttft_ms": 5.0}
     with pytest.raises(schema.NotComparable, match="parallel 2 for 4"):
-        schema.check_run(ok, 4, [])
+        schema.TimedRun.parse(ok, 4, [])
     with pytest.raises(schema.NotComparable, match="no positive cpu_s_per_token"):
-        schema.check_run({**ok, "cpu_s_per_token": 0}, 2, ["cpu_s_per_token"])
+        schema.TimedRun.parse({**ok, "cpu_s_per_token": 0}, 2, ["cpu_s_per_token"])
     with pytest.raises(schema.NotComparable, match="actions"):
-        schema.check_run({**ok, "actions": {"kind": []}}, 2, [])
+        schema.TimedRun.parse({**ok, "actions": {"kind": []}}, 2, [])
     with pytest.raises(schema.NotComparable, match="differ in length"):
-        schema.check_run({**ok, "actions": {**ok["actions"], "rows": []}}, 2, [])
+        schema.TimedRun.parse({**ok, "actions": {**ok["actions"], "rows": []}}, 2, [])
 
 
 def _speed_result(shift: float) -> SpeedRun:
@@ -176,7 +183,7 @@ def _speed_result(shift: float) -> SpeedRun:
             wobble = 1 + 0.001 * (b % 5)
             values[f"decode_cpu_s_per_token@{n}"] = [2e-3 * wobble, 2e-3 * shift * wobble]
             values[f"decode_tok_s@{n}"] = [300.0 * n * wobble, 300.0 * n / shift * wobble]
-        samples.append({"block": b, "values": values})
+        samples.append(Sample(b, 2, values, 1.0, None, None, []))
     cells = judge(samples, spec, looks=1)
     slower = any(c.verdict is Verdict.SLOWER for c in cells)
     return SpeedRun(

@@ -13,7 +13,8 @@ import yaml
 from gates.judge.kinds import KINDS
 from gates.plan import matrix
 from gates.plan.speed import SpeedSpec
-from gates.run.speed import measure
+from gates.run.speed import measure, schema
+from gates.run.speed.schema import TimedRun
 
 ROOT = Path(__file__).resolve().parents[2]
 STUB = Path(__file__).parent / "stub_engine"
@@ -33,15 +34,17 @@ class Counting:
         self.cost = 1 + float(env.get("ENGINE_CALIBRATE_SLOWDOWN", "0"))
         self.runs = 0
 
-    def wait_ready(self) -> dict[str, Any]:
-        return {"bench_schema": 2, "ready": True, "machine": {}}
+    def wait_ready(self) -> int:
+        return schema.Header.parse({"bench_schema": 2, "ready": True, "machine": {}}).version
 
-    def unit(self, n: int, turn: int | None = None) -> dict[str, Any]:
+    def unit(self, n: int, turn: int | None = None, metrics: tuple[str, ...] = ()) -> TimedRun:
         c = 1e-3 * self.cost * (1 + self.runs / 100)
         self.runs += 1
         acts = {"kind": ["short", "round", "round"], "cpu_s": [1e-3, c, c], "rows": [4, n, n]}
         acts.update(wall_s=acts["cpu_s"], tokens=[0, n, n])
-        return {"parallel": n, "done": True, "actions": acts, DECODE: c}
+        return schema.TimedRun.parse(
+            {"parallel": n, "done": True, "actions": acts, DECODE: c}, n, []
+        )
 
     def close(self) -> None:
         pass
@@ -67,14 +70,15 @@ def test_each_repeat_is_a_sample_of_its_own(tmp_path, counting):
         {"base": STUB, "head": STUB}, STUB, "numpy", spec, tmp_path, plant=plant
     )
     assert next(counting.starts) == 6  # 3 blocks, a base and a head process each
-    assert got.blocks == 12 and [s["block"] for s in got.samples] == [0] * 4 + [1] * 4 + [2] * 4
-    assert [s["repeat"] for s in got.samples] == [0, 1, 2, 3] * 3
+    assert got.blocks == 12 and [s.block for s in got.samples] == [0] * 4 + [1] * 4 + [2] * 4
+    assert [s.repeat for s in got.samples] == [0, 1, 2, 3] * 3
     for s in got.samples:
-        base, head = s["values"][f"{DECODE}@1"]
-        k = s["repeat"]
+        base, head = s.values[f"{DECODE}@1"]
+        k = s.repeat
+        assert k is not None
         assert base == pytest.approx(1e-3 * (1 + k / 100))
         assert head == pytest.approx(1.02e-3 * (1 + k / 100))
-        assert len(s["runs"]) == 2 and {r["side"] for r in s["runs"]} == {"base", "head"}
+        assert len(s.runs) == 2 and {r.side for r in s.runs} == {"base", "head"}
     (cell,) = got.cells
     assert cell.speed == pytest.approx(1 / 1.02)
 
@@ -83,7 +87,7 @@ def test_by_default_a_block_is_one_sample(tmp_path, counting):
     spec = _spec(blocks=3, add_blocks=0, max_blocks=3)
     got = measure.run_speed({"base": STUB, "head": STUB}, STUB, "numpy", spec, tmp_path)
     assert next(counting.starts) == 6 and got.blocks == 3
-    assert all("repeat" not in s and len(s["runs"]) == 8 for s in got.samples)
+    assert all("repeat" not in s.to_json() and len(s.runs) == 8 for s in got.samples)
 
 
 def test_overrides_are_typed_and_name_the_key():

@@ -6,11 +6,12 @@ import math
 import warnings
 
 from gates.run.speed import estimate
+from gates.run.speed.schema import Actions, TimedRun
 
 
-def run(kinds, cpu, rows, tokens, wall=None, **row) -> dict:
-    acts = {"kind": kinds, "cpu_s": cpu, "wall_s": wall or cpu, "rows": rows, "tokens": tokens}
-    return {"actions": acts, **row}
+def run(kinds, cpu, rows, tokens, wall=None, **row) -> TimedRun:
+    acts = Actions(tuple(kinds), tuple(cpu), tuple(wall or cpu), tuple(rows), tuple(tokens))
+    return TimedRun(1, row, acts)
 
 
 def test_rounds_are_decode_and_every_other_kind_is_a_prompt_step() -> None:

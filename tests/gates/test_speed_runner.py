@@ -16,8 +16,9 @@ import pytest
 
 from gates.plan.speed import SpeedSpec
 from gates.run.results import Status
-from gates.run.speed import measure
+from gates.run.speed import measure, schema
 from gates.run.speed.results import Verdict
+from gates.run.speed.schema import TimedRun
 
 STUB = Path(__file__).parent / "stub_engine"
 METRICS = ["decode_cpu_s_per_token", "prefill_cpu_s_per_token"]
@@ -36,17 +37,18 @@ class Scripted:
         self.cost = 1 + float(env.get("ENGINE_CALIBRATE_SLOWDOWN", "0"))
         self.rng = np.random.default_rng(next(Scripted.starts))  # starts are in a fixed order
 
-    def wait_ready(self) -> dict[str, Any]:
-        return {"bench_schema": 2, "ready": True, "machine": {}}
+    def wait_ready(self) -> int:
+        return schema.Header.parse({"bench_schema": 2, "ready": True, "machine": {}}).version
 
-    def unit(self, n: int, turn: int | None = None) -> dict[str, Any]:
+    def unit(self, n: int, turn: int | None = None, metrics: tuple[str, ...] = ()) -> TimedRun:
         c = self.cost
         steps = [64e-4 * c * (1 + self.jitter * self.rng.uniform(-1, 1)) for _ in range(2)]
         acts = {"kind": ["short", "short", "round", "round", "round"]}
         acts.update(cpu_s=steps + [n * c * 1e-3] * 3, rows=[64, 64, n, n, n])
         acts.update(wall_s=acts["cpu_s"], tokens=[0, n, n, n, n])
         row = {"parallel": n, "done": True, "actions": acts}
-        return row | {"decode_cpu_s_per_token": 1e-3 * c, "prefill_cpu_s_per_token": 1e-4 * c}
+        row |= {"decode_cpu_s_per_token": 1e-3 * c, "prefill_cpu_s_per_token": 1e-4 * c}
+        return schema.TimedRun.parse(row, n, list(metrics))
 
     def close(self) -> None:
         pass

@@ -51,6 +51,7 @@ TYPED = (
     "gates.report.speed_chart",
     "gates.speed_calibrate",
     "gates.run.speed.lockstep",
+    "gates.run.speed.schema",
     "gates.plan.arm_config",
     "gates.run.contract",
     "gates.plan.planned",
@@ -102,14 +103,7 @@ ALLOWED = {
         )
     },
     ("gates.pipeline", "_side_json", "return"): "a side (ref, sha, tree) as the manifest writes it",
-    # speed: a SpeedRun's raw parts (the matrix's speed section, the engine's JSON lines,
-    # a block's record as the manifest keeps it)
-    ("gates.run.speed.measure", "run_block", "return"): "a block's record, JSON for the manifest",
-    ("gates.run.speed.measure", "judge", "samples"): "blocks' records from run_block",
-    ("gates.run.speed.estimate", "*", "runs"): "the engine's timed runs as it printed them",
-    ("gates.run.speed.lockstep", "*", "return"): "a JSON line the engine printed",
     ("gates.run.speed.results", "*", "man"): "manifest",
-    ("gates.run.speed.results", "__init__", "samples"): "blocks' records, JSON for the manifest",
     ("gates.report.merge", "load", "return"): "a shard manifest: JSON read from disk",
     ("gates.report.merge", "*", "docs"): "shard manifests: JSON read from disk",
     ("gates.report.merge", "check_inputs", "first"): "a shard manifest: JSON read from disk",

@@ -12,9 +12,9 @@ slowed down moves a mean but hardly a quantile, while a slower step moves them a
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+
+from gates.run.speed.schema import TimedRun
 
 PER_ACTION = {
     "decode_cpu_s_per_token": ("round", "cpu_s", "tokens", False),
@@ -25,17 +25,17 @@ PER_ACTION = {
 PER_RUN = ("cpu_s_per_token", "ttft_ms")
 
 
-def _costs(runs: list[dict[str, Any]], kind: str, seconds: str, per: str) -> list[float]:
+def _costs(runs: list[TimedRun], kind: str, seconds: str, per: str) -> list[float]:
     out = []
     for r in runs:
-        a = r["actions"]
-        for k, s, n in zip(a["kind"], a[seconds], a[per], strict=True):
+        a = r.actions  # a run as printed (one read back from a manifest has none)
+        for k, s, n in zip(a.kind, getattr(a, seconds), getattr(a, per), strict=True):
             if (k == "round") == (kind == "round") and n > 0 and s > 0:
                 out.append(s / n)
     return out
 
 
-def value(runs: list[dict[str, Any]], metric: str, quantile: float) -> float:
+def value(runs: list[TimedRun], metric: str, quantile: float) -> float:
     """The block's value of ``metric`` from its runs at one stream count (nan if none)."""
     if metric in PER_ACTION:
         kind, seconds, per, rate = PER_ACTION[metric]
@@ -44,5 +44,5 @@ def value(runs: list[dict[str, Any]], metric: str, quantile: float) -> float:
             return float("nan")
         q = float(np.quantile(costs, quantile))
         return 1.0 / q if rate else q
-    vals = [float(r[metric]) for r in runs if r.get(metric, 0) > 0]
+    vals = [float(r.kept[metric]) for r in runs if r.kept.get(metric, 0) > 0]
     return float(np.median(vals)) if vals else float("nan")

@@ -15,9 +15,11 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
+from gates.jsontypes import JsonObject
 from gates.run.procs import forget, kill, spawn
+from gates.run.speed import schema
+from gates.run.speed.schema import NotComparable, TimedRun
 
 
 class SampleError(Exception):
@@ -27,7 +29,9 @@ class SampleError(Exception):
 
 
 class Worker:
-    """A running ``bench --lockstep``: ``header`` once ready, then ``unit(n)`` per request."""
+    """A running ``bench --lockstep``: ``wait_ready()`` once, then ``unit(n)`` per request;
+    both read what it printed (``read``) into the bench schema's types, NotComparable where
+    it is not that schema."""
 
     def __init__(
         self, argv: list[str], cwd: Path, env: dict[str, str], cpu: int | None, timeout: float
@@ -44,18 +48,20 @@ class Worker:
             stdout=subprocess.PIPE,
             stderr=self._err,
         )
-        self.header: dict[str, Any] = {}
 
-    def wait_ready(self) -> dict[str, Any]:
-        got = self._read()
+    def wait_ready(self) -> int:
+        """The bench schema version of its ready header."""
+        got = self.read()
         if got.get("ready") is not True or "bench_schema" not in got:
             raise SampleError("not_comparable", "engine bench --lockstep printed no ready header")
-        self.header = got
-        return got
+        return schema.Header.parse(got).version
 
-    def unit(self, n: int, turn: int | None = None) -> dict[str, Any]:
+    def unit(
+        self, n: int, turn: int | None = None, metrics: tuple[str, ...] = ()
+    ) -> TimedRun | None:
         """A whole timed run of ``n`` streams; with ``turn``, the next ``turn`` actions of
-        one (``"done": true`` with the run's row once it is over)."""
+        one (None until the run is over: ``"done": true`` with the run's row). ``metrics``:
+        per-run metrics the row must have."""
         assert self.proc.stdin is not None
         ask = {"parallel": n} if turn is None else {"parallel": n, "turn": turn}
         try:
@@ -63,10 +69,14 @@ class Worker:
             self.proc.stdin.flush()
         except BrokenPipeError:
             raise SampleError("could_not_run", self._died()) from None
-        got = self._read()
+        got = self.read()
         if "error" in got:
             raise SampleError("could_not_run", f"engine bench: {got['error']}")
-        return got
+        if got.get("done") is True:
+            return schema.TimedRun.parse(got, n, list(metrics))
+        if got.get("done") is not False:
+            raise NotComparable(f"bench turn answered {got!r:.200}")
+        return None
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -77,7 +87,8 @@ class Worker:
             if f:
                 f.close()
 
-    def _read(self) -> dict[str, Any]:
+    def read(self) -> JsonObject:
+        """The next JSON object it printed."""
         line = self._readline()
         try:
             obj = json.loads(line)

@@ -30,13 +30,13 @@ from gates.run.execute import base_env, has_engine
 from gates.run.results import Status
 from gates.run.speed import cpus, estimate, schema, stats
 from gates.run.speed.lockstep import SampleError, Worker
-from gates.run.speed.results import SpeedCell, SpeedRun, Verdict
+from gates.run.speed.results import Sample, SpeedCell, SpeedRun, Verdict
+from gates.run.speed.schema import TimedRun
 
 # the runner adds blocks while a cell is one of these (a small loss may yet be *slower*)
 OPEN = (Verdict.INCONCLUSIVE, Verdict.SLOWER_SMALL)
 ORDER = (("base", "head"), ("head", "base"))
 SIDES = ("base", "head")
-KEEP = ("parallel", "cpu_s", "wall_s", "generated_tokens", "prompt_tokens", *schema.METRICS)
 
 
 def bench_argv(model: Path, backend: str, spec: SpeedSpec) -> list[str]:
@@ -68,32 +68,31 @@ def _load() -> float | None:
 
 def _pair(
     workers: dict[str, Worker], order: tuple[str, str], n: int, spec: SpeedSpec
-) -> list[dict]:
+) -> list[TimedRun]:
     """One timed run of ``n`` streams on each side, the two taking turns of ``turn`` actions."""
-    per_run = [m for m in spec.metrics if m in estimate.PER_RUN]
-    done: dict[str, dict[str, Any]] = {}
+    per_run = tuple(m for m in spec.metrics if m in estimate.PER_RUN)
+    done: dict[str, TimedRun] = {}
     while len(done) < len(order):
         for side in order:
             if side in done:
                 continue
-            got = workers[side].unit(n, spec.turn)
-            if got.get("done") is True:
-                try:
-                    done[side] = {"side": side, **schema.check_run(got, n, per_run)}
-                except schema.NotComparable as e:
-                    raise SampleError("not_comparable", f"{side}: {e}") from None
-            elif got.get("done") is not False:
-                raise SampleError("not_comparable", f"{side}: bench turn answered {got!r:.200}")
+            try:
+                got = workers[side].unit(n, spec.turn, per_run)
+            except schema.NotComparable as e:
+                raise SampleError("not_comparable", f"{side}: {e}") from None
+            if got is not None:
+                done[side] = dataclasses.replace(got, side=side)
     return [done[side] for side in order]
 
 
-def _turns(workers: dict[str, Worker], index: int, spec: SpeedSpec) -> list[dict]:
+def _turns(workers: dict[str, Worker], index: int, spec: SpeedSpec) -> list[TimedRun]:
     """The block's timed runs in the order they started, each marked with its side and
     its repeat."""
     ran = []
     for k in range(spec.repeats):
         for i, n in enumerate(spec.parallel):
-            ran += [{**r, "repeat": k} for r in _pair(workers, ORDER[(index + k + i) % 2], n, spec)]
+            pair = _pair(workers, ORDER[(index + k + i) % 2], n, spec)
+            ran += [dataclasses.replace(r, repeat=k) for r in pair]
     return ran
 
 
@@ -116,7 +115,7 @@ def override(spec: SpeedSpec, pairs: list[str]) -> SpeedSpec:
     return spec
 
 
-def run_block(index: int, start: Callable[[str], Worker], spec: SpeedSpec) -> list[dict[str, Any]]:
+def run_block(index: int, start: Callable[[str], Worker], spec: SpeedSpec) -> list[Sample]:
     """One block: both sides' timed runs, and each cell's value per side; one sample, or
     (``sample_per: repeat``) one per repeat."""
     t0, load_before = time.monotonic(), _load()
@@ -125,7 +124,7 @@ def run_block(index: int, start: Callable[[str], Worker], spec: SpeedSpec) -> li
         version = 0
         for side, w in workers.items():
             try:
-                version = schema.check_header(w.wait_ready())
+                version = w.wait_ready()
             except schema.NotComparable as e:
                 raise SampleError("not_comparable", f"{side}: {e}") from None
             except SampleError as e:
@@ -136,11 +135,11 @@ def run_block(index: int, start: Callable[[str], Worker], spec: SpeedSpec) -> li
             w.close()
     wall, load_after = round(time.monotonic() - t0, 2), _load()
 
-    def values(runs: list[dict[str, Any]]) -> dict[str, list[float]]:
+    def values(runs: list[TimedRun]) -> dict[str, list[float]]:
         return {
             f"{m}@{n}": [
                 estimate.value(
-                    [r for r in runs if r["side"] == s and r["parallel"] == n], m, spec.quantile
+                    [r for r in runs if r.side == s and r.parallel == n], m, spec.quantile
                 )
                 for s in SIDES
             ]
@@ -148,23 +147,27 @@ def run_block(index: int, start: Callable[[str], Worker], spec: SpeedSpec) -> li
             for n in spec.parallel
         }
 
-    groups = [[r for r in ran if r["repeat"] == k] for k in range(spec.repeats)]
-    out = []
-    for j, runs in enumerate(groups if spec.per_repeat else [ran]):
-        sample = {"block": index, "schema": version, "values": values(runs)}
-        if spec.per_repeat:
-            sample["repeat"] = j
-        sample.update(wall_s=wall, load_before=load_before, load_after=load_after)
-        sample["runs"] = [{k: r[k] for k in ("side", *KEEP) if k in r} for r in runs]
-        out.append(sample)
-    return out
+    groups = [[r for r in ran if r.repeat == k] for k in range(spec.repeats)]
+    return [
+        Sample(
+            block=index,
+            schema=version,
+            values=values(runs),
+            repeat=j if spec.per_repeat else None,
+            wall_s=wall,
+            load_before=load_before,
+            load_after=load_after,
+            runs=runs,
+        )
+        for j, runs in enumerate(groups if spec.per_repeat else [ran])
+    ]
 
 
-def judge(samples: list[dict[str, Any]], spec: SpeedSpec, looks: int) -> list[SpeedCell]:
+def judge(samples: list[Sample], spec: SpeedSpec, looks: int) -> list[SpeedCell]:
     cells = {}
     for m in spec.metrics:
         for n in spec.parallel:
-            pairs = [s["values"][f"{m}@{n}"] for s in samples]
+            pairs = [s.values[f"{m}@{n}"] for s in samples]
             pairs = [p for p in pairs if not any(math.isnan(x) for x in p)]
             cells[(m, n)] = ([p[0] for p in pairs], [p[1] for p in pairs])
     return stats.verdicts(
@@ -275,7 +278,7 @@ def _run_speed(
             break
         target = min(spec.max_blocks, done + spec.add_blocks)
     out.blocks, out.level = len(out.samples), spec.alpha / out.max_looks
-    out.schema = out.samples[0]["schema"] if out.samples else None
+    out.schema = out.samples[0].schema if out.samples else None
     out.wall_s = round(time.monotonic() - t0, 1)
     if any(c.verdict is Verdict.SLOWER for c in out.cells):
         out.status = Status.FAIL

@@ -16,6 +16,7 @@ from typing import Any
 from gates.jsontypes import JsonObject
 from gates.plan.speed import SpeedSpec
 from gates.run.results import Status
+from gates.run.speed.schema import TimedRun
 
 
 class Verdict(enum.StrEnum):
@@ -73,6 +74,43 @@ class SpeedCell:
         return cls(**kw)
 
 
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """A block's record (or one repeat's, ``sample_per: repeat``): per cell ``metric@n`` the
+    block's value on base and on head (nan: none), the bench schema, the wall seconds and
+    load average around it, and its timed runs in the order they ran."""
+
+    block: int
+    schema: int
+    values: dict[str, list[float]]
+    wall_s: float
+    load_before: float | None
+    load_after: float | None
+    runs: list[TimedRun]
+    repeat: int | None = None  # the repeat it is, with sample_per: repeat
+
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"block": self.block, "schema": self.schema, "values": self.values}
+        if self.repeat is not None:
+            out["repeat"] = self.repeat
+        out.update(wall_s=self.wall_s, load_before=self.load_before, load_after=self.load_after)
+        out["runs"] = [r.to_json() for r in self.runs]
+        return out
+
+    @classmethod
+    def from_json(cls, d: JsonObject) -> Sample:
+        return cls(
+            block=d["block"],
+            schema=d["schema"],
+            values={k: list(v) for k, v in d["values"].items()},
+            wall_s=d["wall_s"],
+            load_before=d.get("load_before"),
+            load_after=d.get("load_after"),
+            runs=[TimedRun.from_json(r) for r in d.get("runs") or []],
+            repeat=d.get("repeat"),
+        )
+
+
 @dataclass(slots=True)
 class SpeedRun:
     """The speed part of one gate run: its status (pass, fail = a *slower* cell,
@@ -92,7 +130,7 @@ class SpeedRun:
     stopped: str = ""  # "budget": blocks stopped at budget_s with cells still open
     planted: dict[str, str] | None = None
     spec: SpeedSpec | None = None  # the matrix's speed section
-    samples: list[dict[str, Any]] = field(default_factory=list)  # timed runs as printed
+    samples: list[Sample] = field(default_factory=list)  # the blocks' records
 
     def verdicts(self) -> dict[Verdict, int]:
         out: dict[Verdict, int] = {}
@@ -105,6 +143,7 @@ class SpeedRun:
         out["status"] = str(self.status)
         out["cells"] = [c.to_json() for c in self.cells]
         out["spec"] = self.spec.to_json() if self.spec else {}
+        out["samples"] = [s.to_json() for s in self.samples]
         return out
 
     @classmethod
@@ -113,6 +152,7 @@ class SpeedRun:
         kw["status"] = Status(d["status"])
         kw["cells"] = [SpeedCell.from_json(c) for c in d.get("cells") or []]
         kw["spec"] = SpeedSpec.from_json(d["spec"]) if d.get("spec") else None
+        kw["samples"] = [Sample.from_json(s) for s in d.get("samples") or []]
         return cls(**kw)
 
 
