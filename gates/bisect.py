@@ -15,15 +15,16 @@ import contextlib
 import io
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import git
 
 from gates import EXIT_ARM_FAILED, EXIT_GATE_FAILED, EXIT_OK, BadInput
+from gates.jsontypes import JsonObject
 from gates.judge.kinds import KINDS
-from gates.judge.results import gates_of
+from gates.judge.results import GateResult, gates_of
 from gates.plan.inputs import load_inputs
 from gates.report.receipt.counts import arm_counts
 from gates.report.receipt.table import md_table
@@ -42,6 +43,29 @@ class Step:
     counts: dict[str, int]
     wall_s: float
     receipt: str
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a bisect found: the first failing commit (None: a range of ``candidates``, the
+    others skipped), the last holding one, and every step tried."""
+
+    good: str
+    bad: str
+    matrix: str
+    gate: str | None
+    commits: int
+    first_failing: str | None
+    candidates: list[str]
+    last_holding: str
+    steps: list[Step]
+    wall_s: float
+
+    def to_json(self) -> JsonObject:
+        """The bisect receipt's JSON (its keys in this order)."""
+        out: JsonObject = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["steps"] = [asdict(s) for s in self.steps]
+        return out
 
 
 @dataclass
@@ -77,7 +101,7 @@ class Bisect:
         if not found:
             raise BadInput(f"bisect: the gate run of {sha[:12]} wrote no receipt (exit {code})")
         man = json.loads(found[-1].read_text())
-        verdict, why = self._verdict(man, code)
+        verdict, why = self._verdict(code, man.get("verdict"), gates_of(man))
         return Step(
             sha=sha,
             subject=self.repo.commit(sha).summary,
@@ -88,14 +112,16 @@ class Bisect:
             receipt=str(found[-1].with_suffix(".md")),
         )
 
-    def _verdict(self, man: dict[str, Any], code: int) -> tuple[str, str]:
+    def _verdict(self, code: int, line: str | None, gates: list[GateResult]) -> tuple[str, str]:
+        """FAILS, HOLDS or SKIP, and why, from a step's exit code, its receipt's verdict line
+        (None where it has none) and its gates."""
         if self.gate is None:
             if code == EXIT_GATE_FAILED:
-                return FAILS, man.get("verdict", "")
+                return FAILS, "" if line is None else line
             if code == EXIT_OK:
                 return HOLDS, ""
-            return SKIP, man.get("verdict", f"exit {code}")
-        g = next(g for g in gates_of(man) if g.name == self.gate)
+            return SKIP, f"exit {code}" if line is None else line
+        g = next(g for g in gates if g.name == self.gate)
         if g.status == Status.FAIL:
             return FAILS, ""
         if g.status == Status.PASS:
@@ -176,56 +202,56 @@ def main(
     b = Bisect(repo, good_sha, bad_sha, matrix, gate, work, jobs)
     steps, lo, hi, skipped = search(b, path, log)
     found = [path[i] for i in sorted(skipped)] + [path[hi]]
-    result = {
-        "good": good_sha,
-        "bad": bad_sha,
-        "matrix": m.name,
-        "gate": gate,
-        "commits": len(path),
-        "first_failing": found[0] if len(found) == 1 else None,
-        "candidates": found,
-        "last_holding": path[lo] if lo >= 0 else good_sha,
-        "steps": [asdict(s) for s in steps],
-        "wall_s": round(time.monotonic() - t0, 1),
-    }
+    result = Result(
+        good=good_sha,
+        bad=bad_sha,
+        matrix=m.name,
+        gate=gate,
+        commits=len(path),
+        first_failing=found[0] if len(found) == 1 else None,
+        candidates=found,
+        last_holding=path[lo] if lo >= 0 else good_sha,
+        steps=steps,
+        wall_s=round(time.monotonic() - t0, 1),
+    )
     out_dir = Path(out) if out else root / "receipts"
     out_dir.mkdir(parents=True, exist_ok=True)
     text = markdown(result)
-    store.write_atomic(out_dir / f"{stem}.json", json.dumps(result, indent=1) + "\n")
+    store.write_atomic(out_dir / f"{stem}.json", json.dumps(result.to_json(), indent=1) + "\n")
     store.write_atomic(out_dir / f"{stem}.md", text)
     print(text, end="")
     print(f"receipt: {out_dir / f'{stem}.md'}")
     return EXIT_OK if len(found) == 1 else EXIT_ARM_FAILED
 
 
-def headline(r: dict[str, Any]) -> str:
-    what = f"`{r['gate']}`" if r["gate"] else "a gate"
-    if r["first_failing"]:
-        return f"`{r['first_failing'][:10]}` is the first commit where {what} fails"
-    ids = ", ".join(f"`{c[:10]}`" for c in r["candidates"])
+def headline(r: Result) -> str:
+    what = f"`{r.gate}`" if r.gate else "a gate"
+    if r.first_failing:
+        return f"`{r.first_failing[:10]}` is the first commit where {what} fails"
+    ids = ", ".join(f"`{c[:10]}`" for c in r.candidates)
     return f"the first commit where {what} fails is one of {ids} (the others could not be judged)"
 
 
-def markdown(r: dict[str, Any]) -> str:
+def markdown(r: Result) -> str:
     rows = []
-    for i, s in enumerate(r["steps"], 1):
-        c = s["counts"]
+    for i, s in enumerate(r.steps, 1):
+        c = s.counts
         arms = f"{c['run']} run, {c['cached']} from cache"
         if c["shared"]:
             arms += f", {c['shared']} reused"
         if c["not_comparable"] or c["not_run"]:
             arms += f", {c['not_comparable'] + c['not_run']} not run"
-        verdict = {FAILS: "❌ fails", HOLDS: "✅ holds", SKIP: "⚠️ skipped"}[s["verdict"]]
-        why = f": {s['why']}" if s["why"] else ""
-        subject = s["subject"] if len(s["subject"]) <= 60 else s["subject"][:59] + "…"
-        rows.append([i, f"`{s['sha'][:10]}`", subject, verdict + why, arms, f"{s['wall_s']}s"])
-    tried = len(r["steps"])
+        verdict = {FAILS: "❌ fails", HOLDS: "✅ holds", SKIP: "⚠️ skipped"}[s.verdict]
+        why = f": {s.why}" if s.why else ""
+        subject = s.subject if len(s.subject) <= 60 else s.subject[:59] + "…"
+        rows.append([i, f"`{s.sha[:10]}`", subject, verdict + why, arms, f"{s.wall_s}s"])
+    tried = len(r.steps)
     return (
         f"### Gates bisect: {headline(r)}\n\n"
-        f"- good `{r['good'][:10]}`, bad `{r['bad'][:10]}`, matrix {r['matrix']}: "
-        f"{r['commits']} commit{'s' * (r['commits'] != 1)} after good on bad's first-parent "
-        f"line; {tried} gate runs (each against good), {r['wall_s']}s\n"
-        f"- last holding: `{r['last_holding'][:10]}`\n\n"
+        f"- good `{r.good[:10]}`, bad `{r.bad[:10]}`, matrix {r.matrix}: "
+        f"{r.commits} commit{'s' * (r.commits != 1)} after good on bad's first-parent "
+        f"line; {tried} gate runs (each against good), {r.wall_s}s\n"
+        f"- last holding: `{r.last_holding[:10]}`\n\n"
         + md_table(rows, headers=["#", "commit", "subject", "verdict", "arms", "time"])
         + "\n"
     )

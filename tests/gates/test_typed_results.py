@@ -50,6 +50,7 @@ TYPED = (
     "gates.run.speed.estimate",
     "gates.report.speed_chart",
     "gates.speed_calibrate",
+    "gates.bisect",
     "gates.run.speed.lockstep",
     "gates.run.speed.schema",
     "gates.plan.arm_config",
