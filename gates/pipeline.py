@@ -100,7 +100,7 @@ def resolve_sides(
             continue
         kv = envs.key_vars(env)
         ckey = store.arm_key(s.engine_tree, {"capabilities": True}, "", {}, fp, kv)
-        cached = st.get(ckey, must_have="caps")
+        cached = st.read(ckey, must_have="caps")
         if cached is not None:
             caps[s.name] = (Capabilities.from_json(cached["caps"]), "")
             continue
@@ -110,7 +110,7 @@ def resolve_sides(
             got, why = capabilities(s.worktree, cache, python=env.python)
         caps[s.name] = (got, why)
         if got is not None:
-            st.put(ckey, {"caps": got.to_json()})
+            st.write(ckey, {"caps": got.to_json()})
     if executor:
         executor.bind(sides, side_envs)
     return sides, caps, side_envs
@@ -192,7 +192,7 @@ def extras(
         "fingerprint": store.fingerprint(),
         "speed": speed,
         "lean": None if lean_result is None else lean_result.to_json(),
-        "environments": envs.as_json(side_envs),
+        "environments": envs.to_json(side_envs),
         "command": command_line(opts, inp.root, inp.mpath, sides["base"], sides["head"]),
         "accepted": accept.from_trailers(repo, mb, sides["head"].sha) + accept.load(opts.accept),
     }

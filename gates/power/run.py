@@ -15,9 +15,9 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from gates import EXIT_ARM_FAILED, EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK, BadInput
+from gates.jsontypes import JsonObject
 from gates.judge.results import gates_of
 from gates.power import plants as catalog
 from gates.power.plants import Plant
@@ -65,7 +65,7 @@ def verdict_for(noop: bool, code: int) -> str:
     return "MISSED"
 
 
-def failed_gates(manifest: dict[str, Any]) -> list[str]:
+def failed_gates(manifest: JsonObject) -> list[str]:
     gates = gates_of(manifest) if manifest.get("gates") else []
     names = [g.name for g in gates if g.status == Status.FAIL]
     sp = speed_of(manifest)

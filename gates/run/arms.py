@@ -33,6 +33,7 @@ from gates.run.contract import (
     writes_trace,
 )
 from gates.run.execute import ArmJob, Progress, base_env, run_all, stored_run
+from gates.run.reply import ReplySummary
 from gates.run.results import ArmResult, ArmRun, Status
 
 
@@ -57,10 +58,7 @@ def row_of(arm: Arm) -> ArmResult:
 
 def finished(row: ArmResult, run: ArmRun) -> ArmResult:
     """The row with its run's outcome; the replies as summaries (the store keeps them)."""
-    replies = [
-        {"id": x.id, "n": len(x.ids), "token_sha": x.token_sha, "finish_reason": x.finish_reason}
-        for x in run.replies or []
-    ]
+    replies = [ReplySummary.of(x) for x in run.replies or []]
     return dataclasses.replace(
         row,
         status=run.status,
@@ -274,7 +272,7 @@ class ArmRunner:
                 run = dataclasses.replace(run, harness=HARNESS_VERSION, finished_at=now)
                 self.ran += 1
                 if run.ok:
-                    self.st.put(job.key, run.to_json())  # at once: an interrupted run keeps it
+                    self.st.write(job.key, run.to_json())  # at once: an interrupted run keeps it
             for a in pending[job.key]:
                 self.results[a] = run
 

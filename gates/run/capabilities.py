@@ -7,15 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gates.jsontypes import JsonObject
+
 
 def _names(v: Any) -> tuple[Any, ...] | None:
     """A list the engine reported, as a tuple; None where it reported no list."""
     return tuple(v) if isinstance(v, list) else None
-
-
-def _plain(obj: Serve | Capabilities) -> dict[str, Any]:
-    """Its fields as JSON writes them (tuples as lists)."""
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in vars(obj).items()}
 
 
 def _int(v: Any) -> int | None:
@@ -31,7 +28,7 @@ class Serve:
     request_keys: tuple[str, ...] | None = None  # the request fields the server reads
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Serve:
+    def from_json(cls, d: JsonObject) -> Serve:
         keys = _names(d.get("choice_keys"))
         return cls(keys, bool(d.get("port_zero")), _names(d.get("request_keys")))
 
@@ -58,7 +55,7 @@ class Capabilities:
         return got if isinstance(got, tuple) else None
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Capabilities:
+    def from_json(cls, d: JsonObject) -> Capabilities:
         serve = d.get("serve")
         info = d.get("backend_info")
         limits = d.get("limits")
@@ -82,7 +79,7 @@ class Capabilities:
             max_parallel=_int(limits.get("parallel")) if isinstance(limits, dict) else None,
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As capabilities writes it (the result store caches it): ``from_json`` reads it back."""
         out = {k: list(v) if isinstance(v, tuple) else v for k, v in vars(self).items()}
         serve, top = out.pop("serve"), out.pop("max_parallel")

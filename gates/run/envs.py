@@ -24,10 +24,10 @@ import tomllib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import git
 
+from gates.jsontypes import JsonObject
 from gates.run import refs
 
 BACKEND_EXTRAS = {"mlx": "mlx", "cupy": "cuda"}
@@ -127,11 +127,12 @@ def resolve(repo: git.Repo, sides: dict[str, refs.Side], backends: list[str]) ->
     return out
 
 
-def as_json(envs: dict[str, Env]) -> dict[str, Any]:
+def to_json(envs: dict[str, Env]) -> JsonObject:
+    """The manifest's ``environments``: each side's Env as it is."""
     return {name: asdict(e) for name, e in envs.items()}
 
 
-def describe(envs: dict[str, Any] | None) -> str:
+def describe(envs: JsonObject | None) -> str:
     """The receipt's line on environments (from the manifest's ``environments``)."""
     if not envs:
         return ""

@@ -29,7 +29,7 @@ from gates.run.capabilities import Capabilities
 from gates.run.contract import REPLY_KEYS, engine_args
 from gates.run.procs import forget, kill, spawn
 from gates.run.reply import Reply
-from gates.run.results import ArmRun, Status
+from gates.run.results import ArmRun, Status, metrics_of
 from gates.run.store import Store
 
 THREAD_VARS = (
@@ -214,7 +214,7 @@ def _outputs(job: ArmJob, crashed: ArmRun) -> ArmRun:
         crashed,
         status=Status.OK,
         replies=[Reply.from_json({k: r[k] for k in REPLY_KEYS if k in r}) for r in replies],
-        metrics=metrics if isinstance(metrics, dict) else None,
+        metrics=metrics_of(metrics),
         trace=schedule,
     )
 
@@ -262,7 +262,7 @@ def _started(job: ArmJob, live: set[subprocess.Popen], device: str | None) -> Ar
 def stored_run(st: Store | None, key: str) -> ArmRun | None:
     """The store's ok run of ``key``, or None (an entry that does not read as an ArmRun is
     corrupt: counted and removed, as the store does for one that is not JSON)."""
-    hit = st.get(key, must_have="replies") if st else None
+    hit = st.read(key, must_have="replies") if st else None
     if hit is None or st is None:
         return None
     try:

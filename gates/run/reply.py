@@ -1,13 +1,15 @@
 """One reply of an arm, typed: what ``engine run`` printed for a request (the fields of
 ``contract.REPLY_KEYS``) or what a served arm's client got (``served``, ``usage``,
 ``stream_problems`` beside them). Read once where the engine's output or the result
-store's JSON is read; ``to_json`` writes what was read (absent fields stay absent)."""
+store's JSON is read; ``to_json`` writes what was read (absent fields stay absent). A
+``ReplySummary`` is what an arm's manifest row keeps of a reply (the store keeps the rest)."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+
+from gates.jsontypes import JsonObject
 
 LISTS = ("ids", "margins", "logit_hashes", "embedding", "stream_problems")
 
@@ -36,7 +38,7 @@ class Reply:
         return self.finish_reason == "error"
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Reply:
+    def from_json(cls, d: JsonObject) -> Reply:
         """A reply object; ValueError for one without an id (the store's miss)."""
         if not isinstance(d, dict) or "id" not in d:
             raise ValueError(f"reply: {str(d)[:80]} is no object with an id")
@@ -53,8 +55,8 @@ class Reply:
         kw["usage"] = dict(usage) if isinstance(usage, dict) else None
         return cls(**kw)
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.id, "ids": list(self.ids)}
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"id": self.id, "ids": list(self.ids)}
         for f in dataclasses.fields(self)[2:]:
             v = getattr(self, f.name)
             if f.name == "stream_problems":
@@ -63,3 +65,38 @@ class Reply:
             elif v is not None:
                 out[f.name] = list(v) if isinstance(v, tuple) else v
         return out
+
+
+@dataclass(frozen=True)
+class ReplySummary:
+    """A reply as an arm's manifest row records it: id, token count, token hash, finish
+    reason (a row of an older manifest may lack all but the id)."""
+
+    id: str
+    n: int = 0
+    token_sha: str | None = None
+    finish_reason: str | None = None
+
+    @classmethod
+    def of(cls, r: Reply) -> ReplySummary:
+        return cls(r.id, len(r.ids), r.token_sha, r.finish_reason)
+
+    @classmethod
+    def from_json(cls, d: JsonObject) -> ReplySummary:
+        if not isinstance(d, dict) or "id" not in d:
+            raise ValueError(f"reply summary: {str(d)[:80]} is no object with an id")
+        n, sha, finish = d.get("n", 0), d.get("token_sha"), d.get("finish_reason")
+        return cls(
+            str(d["id"]),
+            n if isinstance(n, int) else 0,
+            sha if isinstance(sha, str) else None,
+            finish if isinstance(finish, str) else None,
+        )
+
+    def to_json(self) -> JsonObject:
+        return {k: getattr(self, k) for k in ("id", "n", "token_sha", "finish_reason")}
+
+    def get(self, key: str, default: object = None) -> object:
+        """Transitional, for gates/report/receipt/render.py's ``r.get("n", 0)`` (another chunk
+        of issue 27 reads ``r.n`` there): remove once nothing reads a summary as a dict."""
+        return getattr(self, key, default)

@@ -13,10 +13,16 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
+from gates.jsontypes import JsonObject
 from gates.plan.arm_config import ArmConfig
-from gates.run.reply import Reply
+from gates.run.reply import Reply, ReplySummary
+
+# The engine's metrics (``--metrics``, a server's /metrics): name -> a counter (a test
+# engine's also a string or null: the device it saw, its thread count).
+Metric: TypeAlias = int | float | str | bool | None
+Metrics: TypeAlias = dict[str, Metric]
 
 
 class Status(enum.StrEnum):
@@ -37,21 +43,29 @@ RAN = (Status.OK, Status.CRASHED, Status.REFUSED)  # how a run ends
 RUN_FIELDS = ("wall_s", "metrics", "argv", "stderr_tail", "replies")  # an arm row's, once run
 
 
-def status_of(d: dict[str, Any], key: str = "status") -> Status:
+def metrics_of(v: object) -> Metrics | None:
+    """The metrics an engine wrote (a JSON object), its scalar values (no engine writes
+    others); None for no object."""
+    if not isinstance(v, dict):
+        return None
+    return {str(k): x for k, x in v.items() if x is None or isinstance(x, int | float | str)}
+
+
+def status_of(d: JsonObject, key: str = "status") -> Status:
     try:
         return Status(d[key])
     except (KeyError, ValueError) as e:
         raise ValueError(f"result: field '{key}' is {d.get(key)!r}, not a status") from e
 
 
-def need(d: dict[str, Any], key: str, what: str) -> Any:
+def need(d: JsonObject, key: str, what: str) -> Any:
     if key not in d:
         raise ValueError(f"{what}: field '{key}' is missing")
     return d[key]
 
 
-def as_json(obj: Any, skip_none: bool = True) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def as_json(obj: Any, skip_none: bool = True) -> JsonObject:
+    out: JsonObject = {}
     for f in dataclasses.fields(obj):
         v = getattr(obj, f.name)
         if v is None and skip_none:
@@ -77,10 +91,10 @@ class ArmResult:
     status: Status | None = None
     reason: str = ""
     wall_s: float | None = None
-    metrics: dict[str, Any] | None = None
+    metrics: Metrics | None = None
     argv: str | None = None
     stderr_tail: str = ""
-    replies: list[dict[str, Any]] = field(default_factory=list)
+    replies: list[ReplySummary] = field(default_factory=list)
     device: str | None = None  # where it ran, when not simply here (a GPU, a Ray node)
 
     @property
@@ -93,10 +107,10 @@ class ArmResult:
         """It has a run's result (ok, crashed or refused), not only a plan's verdict."""
         return self.status in RAN
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The manifest's row: what the arm is; ``dropped`` and ``key`` once known; status
         and reason once decided; the run's fields (null where the run had none) once run."""
-        out: dict[str, Any] = {k: getattr(self, k) for k in ("id", "side", "label")}
+        out: JsonObject = {k: getattr(self, k) for k in ("id", "side", "label")}
         out["config"] = self.config.to_json() if self.config is not None else {}
         out["cached"] = self.cached
         if self.dropped:
@@ -107,12 +121,13 @@ class ArmResult:
             out["status"], out["reason"] = str(self.status), self.reason
         if self.ran:
             out.update({k: getattr(self, k) for k in RUN_FIELDS})
+            out["replies"] = [r.to_json() for r in self.replies]
             if self.device is not None:
                 out["device"] = self.device
         return out
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> ArmResult:
+    def from_json(cls, d: JsonObject) -> ArmResult:
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in names and v is not None}
         kw["id"] = need(d, "id", "arm")
@@ -123,6 +138,11 @@ class ArmResult:
         kw["status"] = status_of(d) if d.get("status") is not None else None
         kw["stderr_tail"] = d.get("stderr_tail") or ""
         kw["reason"] = d.get("reason") or ""
+        kw["metrics"] = metrics_of(d.get("metrics"))
+        replies = d.get("replies")
+        if not isinstance(replies, list | None):
+            raise ValueError(f"arm: field 'replies' is {str(replies)[:40]}, not a list")
+        kw["replies"] = [ReplySummary.from_json(r) for r in replies or []]
         return cls(**kw)
 
 
@@ -141,8 +161,8 @@ class ArmRun:
     stderr_tail: str = ""
     device: str | None = None
     replies: list[Reply] | None = None
-    metrics: dict[str, Any] | None = None
-    trace: list[dict[str, Any]] | None = None
+    metrics: Metrics | None = None
+    trace: list[JsonObject] | None = None  # the engine's schedule trace, as it wrote it
     harness: str | None = None
     finished_at: str | None = None
 
@@ -150,14 +170,14 @@ class ArmRun:
     def ok(self) -> bool:
         return self.status is Status.OK
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         out = as_json(self)
         if self.replies is not None:
             out["replies"] = [r.to_json() for r in self.replies]
         return out
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> ArmRun:
+    def from_json(cls, d: JsonObject) -> ArmRun:
         if not isinstance(d, dict):
             raise ValueError(f"arm run: a {type(d).__name__}, not a JSON object")
         st = status_of(d)
@@ -173,10 +193,13 @@ class ArmRun:
         kw["wall_s"] = float(d.get("wall_s") or 0.0)
         if isinstance(d.get("replies"), list):
             kw["replies"] = [Reply.from_json(r) for r in d["replies"]]
+        kw["metrics"] = metrics_of(d.get("metrics"))
+        trace = d.get("trace")
+        kw["trace"] = [r for r in trace if isinstance(r, dict)] if isinstance(trace, list) else None
         return cls(**kw)
 
 
-def typed(man: dict[str, Any], key: str, cls: Any) -> list[Any]:
+def typed(man: JsonObject, key: str, cls: Any) -> list[Any]:
     """A manifest's list under ``key`` as ``cls`` (typed already, or read from JSON)."""
     out = []
     for x in man[key]:
@@ -190,6 +213,6 @@ def typed(man: dict[str, Any], key: str, cls: Any) -> list[Any]:
     return out
 
 
-def arms_of(man: dict[str, Any]) -> list[ArmResult]:
+def arms_of(man: JsonObject) -> list[ArmResult]:
     """The typed arm rows of a manifest (typed already, or read from JSON)."""
     return typed(man, "arms", ArmResult)

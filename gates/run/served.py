@@ -14,6 +14,7 @@ stream after N tokens. The engine's own request fields go in ``extra_body``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import re
@@ -26,13 +27,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from gates.jsontypes import JsonObject
 from gates.plan.arm_config import ArmConfig
 from gates.plan.request import PromptRequest
 from gates.run.capabilities import Serve
 from gates.run.contract import REPLY_KEYS, SERVE_CHOICE_KEYS, engine_args
 from gates.run.execute import ArmJob, tail
 from gates.run.procs import forget, kill, spawn
-from gates.run.results import ArmRun
+from gates.run.reply import Reply
+from gates.run.results import ArmRun, Metrics, Status, metrics_of
 
 CLIENT_VERSION = 2  # in a served arm's store key: bump when the client's mapping changes
 EXTRA_BODY = ("stop_ids", "priority", "draft", "ignore_eos")  # engine fields, in extra_body
@@ -62,7 +65,8 @@ def unservable(line: PromptRequest, serve: Serve | None) -> str | None:
     return None
 
 
-def _get(url: str, timeout: float = 10) -> dict[str, Any]:
+def read(url: str, timeout: float = 10) -> JsonObject:
+    """A server's JSON answer to a GET."""
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         return json.loads(resp.read())
 
@@ -95,7 +99,7 @@ def _start(
             base = f"http://127.0.0.1:{found.group(2)}"
             while time.monotonic() < deadline and proc.poll() is None:
                 with contextlib.suppress(OSError, ValueError):
-                    if _get(base + "/health", 2).get("status") == "ok":
+                    if read(base + "/health", 2).get("status") == "ok":
                         return proc, base, shown
                 time.sleep(POLL_S)
         if proc.poll() is not None:
@@ -104,7 +108,9 @@ def _start(
     return proc, "", shown
 
 
-def _reply_of(rid: str, d: dict[str, Any], chat: bool) -> dict[str, Any]:
+def parse(rid: str, d: JsonObject, chat: bool) -> Reply:
+    """A server's answer (one completion, or a stream's chunks joined) -> a reply shaped
+    like `engine run`'s, with what the client read beside it."""
     ch = d["choices"][0]
     lack = [k for k in SERVE_CHOICE_KEYS if not isinstance(ch.get(k), list)]
     if lack:
@@ -112,7 +118,7 @@ def _reply_of(rid: str, d: dict[str, Any], chat: bool) -> dict[str, Any]:
     text = (ch.get("message") or {}).get("content") if chat else ch.get("text")
     margins = ch["margins"]
     usage = d.get("usage")
-    return {
+    reply = {
         "id": rid,
         "ids": ch["token_ids"],
         "text": text or "",
@@ -126,11 +132,11 @@ def _reply_of(rid: str, d: dict[str, Any], chat: bool) -> dict[str, Any]:
         "accepted": d.get("accepted"),
         "served": "plain",
         "usage": usage if isinstance(usage, dict) else None,
-        "stream_problems": [],
     }
+    return Reply.from_json({k: v for k, v in reply.items() if k in (*REPLY_KEYS, *SERVED_KEYS)})
 
 
-def _chunk_problem(d: dict[str, Any], first_id: Any, n: int, ended: bool) -> str | None:
+def _chunk_problem(d: JsonObject, first_id: Any, n: int, ended: bool) -> str | None:
     """What is out of order or shape in chunk ``n`` of a stream (None: nothing)."""
     ch = (d.get("choices") or [{}])[0]
     if d.get("id") != first_id:
@@ -147,7 +153,7 @@ def _chunk_problem(d: dict[str, Any], first_id: Any, n: int, ended: bool) -> str
     return None
 
 
-def _streamed(rid: str, events: Any, chat: bool, cancel: int | None) -> dict[str, Any]:
+def _streamed(rid: str, events: Any, chat: bool, cancel: int | None) -> Reply:
     """Join a stream's chunks into one reply; close it after ``cancel`` tokens (a client
     that disconnects mid-stream: the server must cancel the request and free its lane)."""
     got: dict[str, list[Any]] = {k: [] for k in SERVE_CHOICE_KEYS}
@@ -178,11 +184,16 @@ def _streamed(rid: str, events: Any, chat: bool, cancel: int | None) -> dict[str
     elif finish is None:
         raise ServedError(f"request {rid}: the stream ended without a finish_reason")
     d = {**last, "choices": [{**got, "text": text, "finish_reason": finish}]}
-    reply = {**_reply_of(rid, d, False), "served": "stream", "stream_problems": problems}
-    return {**reply, "text": None} if cut else reply
+    reply = parse(rid, d, False)
+    return dataclasses.replace(
+        reply,
+        served="stream",
+        stream_problems=tuple(problems),
+        text=None if cut else reply.text,
+    )
 
 
-def send(client: Any, model: str, line: PromptRequest, stream: bool) -> dict[str, Any]:
+def send(client: Any, model: str, line: PromptRequest, stream: bool) -> Reply:
     """One request line through the openai client -> a reply shaped like `engine run`'s.
     What the client sends is the line's JSON: its fields go out as they are."""
     import openai
@@ -202,12 +213,14 @@ def send(client: Any, model: str, line: PromptRequest, stream: bool) -> dict[str
     try:
         if stream or cancel is not None:
             return _streamed(rid, call(stream=True, **kw), chat, cancel)
-        return _reply_of(rid, call(**kw).model_dump(), chat)
+        return parse(rid, call(**kw).model_dump(), chat)
     except openai.BadRequestError as exc:
-        return {"id": rid, "ids": [], "finish_reason": "error", "error": str(exc.message)}
+        return Reply(rid, finish_reason="error", error=str(exc.message))
 
 
-def drive(base: str, model: str, lines: list[PromptRequest], cfg: ArmConfig, timeout: float):
+def drive(
+    base: str, model: str, lines: list[PromptRequest], cfg: ArmConfig, timeout: float
+) -> list[Reply]:
     """Every line through the API: all at once (each at its arrival), or one at a time."""
     import openai
 
@@ -220,7 +233,7 @@ def drive(base: str, model: str, lines: list[PromptRequest], cfg: ArmConfig, tim
         else:
             t0 = time.monotonic()
 
-            def one(r: PromptRequest) -> dict[str, Any]:
+            def one(r: PromptRequest) -> Reply:
                 time.sleep(max(0.0, t0 + r.arrival - time.monotonic()))
                 return send(client, model, r, stream)
 
@@ -231,11 +244,11 @@ def drive(base: str, model: str, lines: list[PromptRequest], cfg: ArmConfig, tim
     return [got[r.id] for r in lines]
 
 
-def idle_metrics(base: str) -> dict[str, Any]:
+def idle_metrics(base: str) -> Metrics:
     """/metrics once no stream is live or waiting (or after IDLE_WAIT_S: then as it is)."""
     deadline = time.monotonic() + IDLE_WAIT_S
     while True:
-        m = _get(base + "/metrics")
+        m = metrics_of(read(base + "/metrics")) or {}
         busy = m.get("live_streams") or m.get("waiting_streams")
         if not busy or time.monotonic() > deadline:
             return m
@@ -262,11 +275,6 @@ def run_served(
     job: ArmJob, live: set[subprocess.Popen] | None = None, device: str | None = None
 ) -> ArmRun:
     """Run one served arm; never raises for an engine failure (the result says "crashed")."""
-    return ArmRun.from_json(_served(job, live, device))
-
-
-def _served(job: ArmJob, live: set[subprocess.Popen] | None, device: str | None) -> dict[str, Any]:
-    """run_served's work, as the JSON of an ArmRun (its finally block fills in the end)."""
     wd = job.workdir
     shutil.rmtree(wd, ignore_errors=True)
     wd.mkdir(parents=True)
@@ -277,51 +285,57 @@ def _served(job: ArmJob, live: set[subprocess.Popen] | None, device: str | None)
         if ln.strip()
     ]
     if importlib.util.find_spec("openai") is None:
-        return {
-            "status": "crashed",
-            "wall_s": 0.0,
-            "stderr_tail": "",
-            "reason": "the gate runner has no openai package (pip install 'openai>=1.40')",
-        }
+        why = "the gate runner has no openai package (pip install 'openai>=1.40')"
+        return ArmRun(Status.CRASHED, reason=why)
     t0 = time.monotonic()
     proc, base, shown = _start(job, err, live, device)
-    result: dict[str, Any] = {"status": "crashed", "argv": shown, "device": device}
+    run = ArmRun(Status.CRASHED, argv=shown, device=device)
     try:
-        if not base:
-            code = proc.poll()
-            result["exit_code"] = code
-            if code == 2:
-                last = [ln for ln in err.read_text(errors="replace").splitlines() if ln.strip()]
-                result["status"] = "refused"
-                result["reason"] = "refused (exit 2)" + (f": {last[-1].strip()}" if last else "")
-            elif code is None:
-                result["reason"] = f"the server did not answer /health in {job.timeout:.0f}s"
-            else:
-                result["reason"] = f"the server exited {code} before it answered /health"
-            return result
-        model = Path(job.model).name
-        try:
-            replies = drive(base, model, lines, job.config, job.timeout)
-            metrics = idle_metrics(base)
-        except ServedError as exc:
-            result["reason"] = str(exc)
-            return result
-        except Exception as exc:  # noqa: BLE001 - a dead or hung server is a crashed arm
-            alive = proc.poll() is None
-            result["reason"] = f"the server {'failed' if alive else 'died'}: {exc!r}"[:300]
-            return result
-        result.update(
-            status="ok",
-            reason="",
-            replies=[{k: r[k] for k in (*REPLY_KEYS, *SERVED_KEYS) if k in r} for r in replies],
-            metrics=metrics,
-            trace=None,
-        )
-        return result
+        run = _talk(job, proc, base, lines, err, run)
     finally:
         _stop(proc, live)
-        result["wall_s"] = round(time.monotonic() - t0, 3)
-        result.setdefault("exit_code", proc.returncode)
-        result["stderr_tail"] = tail(err.read_text(errors="replace")) if err.exists() else ""
-        if result["status"] == "ok":
-            shutil.rmtree(wd, ignore_errors=True)
+    run = dataclasses.replace(
+        run,
+        wall_s=round(time.monotonic() - t0, 3),
+        exit_code=run.exit_code if not base else proc.returncode,
+        stderr_tail=tail(err.read_text(errors="replace")) if err.exists() else "",
+    )
+    if run.ok:
+        shutil.rmtree(wd, ignore_errors=True)
+    return run
+
+
+def _talk(
+    job: ArmJob,
+    proc: subprocess.Popen,
+    base: str,
+    lines: list[PromptRequest],
+    err: Path,
+    crashed: ArmRun,
+) -> ArmRun:
+    """run_served's work once the server is started (or not): the arm's outcome, before
+    its wall time, exit code and stderr are known."""
+    if not base:
+        code = proc.poll()
+        run = dataclasses.replace(crashed, exit_code=code)
+        if code == 2:
+            last = [ln for ln in err.read_text(errors="replace").splitlines() if ln.strip()]
+            why = "refused (exit 2)" + (f": {last[-1].strip()}" if last else "")
+            return dataclasses.replace(run, status=Status.REFUSED, reason=why)
+        if code is None:
+            return dataclasses.replace(
+                run, reason=f"the server did not answer /health in {job.timeout:.0f}s"
+            )
+        return dataclasses.replace(
+            run, reason=f"the server exited {code} before it answered /health"
+        )
+    try:
+        replies = drive(base, Path(job.model).name, lines, job.config, job.timeout)
+        metrics = idle_metrics(base)
+    except ServedError as exc:
+        return dataclasses.replace(crashed, reason=str(exc))
+    except Exception as exc:  # noqa: BLE001 - a dead or hung server is a crashed arm
+        alive = proc.poll() is None
+        why = f"the server {'failed' if alive else 'died'}: {exc!r}"[:300]
+        return dataclasses.replace(crashed, reason=why)
+    return dataclasses.replace(crashed, status=Status.OK, replies=replies, metrics=metrics)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gates import HARNESS_VERSION
+from gates.jsontypes import JsonObject
 from gates.run.refs import cache_root
 
 FINGERPRINT_PACKAGES = (
@@ -117,7 +118,7 @@ def fingerprint(m: dict[str, Any] | None = None) -> str:
 
 def arm_key(
     engine_tree: str,
-    config: dict[str, Any],
+    config: JsonObject,
     requests_sha: str,
     fixtures: dict[str, str],
     machine_fp: str,
@@ -162,7 +163,7 @@ class Store:
     def _path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
 
-    def get(self, key: str, must_have: str | None = None) -> dict[str, Any] | None:
+    def read(self, key: str, must_have: str | None = None) -> JsonObject | None:
         """The stored value, or None. An entry that is not a JSON object (or lacks
         ``must_have``) is corrupt: it is removed, counted, and read as a miss."""
         if not self.enabled:
@@ -185,7 +186,7 @@ class Store:
         with contextlib.suppress(OSError):
             self._path(key).unlink()
 
-    def put(self, key: str, value: dict[str, Any]) -> None:
+    def write(self, key: str, value: JsonObject) -> None:
         """Publish a result: written to a temporary file, then renamed over the entry, so a
         reader (another run, or the next one after a kill) sees all of it or nothing."""
         path = self._path(key)

@@ -46,17 +46,17 @@ def test_hash_dir_covers_names_and_bytes_not_pycache(tmp_path) -> None:
 def test_entries_round_trip_and_a_bad_one_is_a_counted_miss(tmp_path) -> None:
     st = store.Store(tmp_path)
     key = "ab" + "0" * 62
-    assert st.get(key) is None and st.corrupt == []  # absent: a miss, not corrupt
-    st.put(key, {"replies": [1]})
+    assert st.read(key) is None and st.corrupt == []  # absent: a miss, not corrupt
+    st.write(key, {"replies": [1]})
     assert (tmp_path / "ab" / f"{key}.json").is_file()
-    assert st.get(key) == {"replies": [1]} and st.get(key, must_have="replies")
-    assert st.get(key, must_have="metrics") is None and st.corrupt == [key]
+    assert st.read(key) == {"replies": [1]} and st.read(key, must_have="replies")
+    assert st.read(key, must_have="metrics") is None and st.corrupt == [key]
     assert not (tmp_path / "ab" / f"{key}.json").exists()
     for bad in ("[1]", "{", "\xff"):
         (tmp_path / "ab" / f"{key}.json").write_text(bad, encoding="latin-1")
-        assert st.get(key) is None
+        assert st.read(key) is None
     assert len(st.corrupt) == 4
-    assert store.Store(tmp_path, enabled=False).get(key) is None
+    assert store.Store(tmp_path, enabled=False).read(key) is None
     assert not list(tmp_path.glob("ab/.tmp-*"))
 
 

@@ -199,7 +199,7 @@ def test_gpus_and_driver_come_from_their_fields(monkeypatch, tmp_path) -> None:
         store.nvidia_driver.cache_clear()
 
 
-# ---------------------------------------------------------------- write_atomic, Store.put
+# -------------------------------------------------------------- write_atomic, Store.write
 
 
 def _replaces(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
@@ -239,24 +239,24 @@ def test_put_renames_a_hidden_sibling_into_a_new_tree(monkeypatch, tmp_path) -> 
     root = tmp_path / "new" / "results"  # not there yet: put makes the parents
     st = store.Store(root)
     seen = _replaces(monkeypatch)
-    st.put("ab" + "0" * 62, {"a": 1})
-    st.put("ab" + "1" * 62, {"b": 2})  # the prefix directory exists now
+    st.write("ab" + "0" * 62, {"a": 1})
+    st.write("ab" + "1" * 62, {"b": 2})  # the prefix directory exists now
     assert [Path(s).parent for s, _ in seen] == [root / "ab"] * 2
     assert all(Path(s).name.startswith(".tmp-") for s, _ in seen)
     assert sorted(p.name for p in (root / "ab").iterdir()) == [
         "ab" + "0" * 62 + ".json",
         "ab" + "1" * 62 + ".json",
     ]
-    assert st.get("ab" + "1" * 62) == {"b": 2}
+    assert st.read("ab" + "1" * 62) == {"b": 2}
 
 
 def test_put_that_fails_leaves_nothing_behind(tmp_path) -> None:
     st = store.Store(tmp_path)
     key = "cd" + "0" * 62
     with pytest.raises(TypeError, match="not JSON serializable"):
-        st.put(key, {"ok": 1, "bad": object()})
+        st.write(key, {"ok": 1, "bad": object()})
     assert list((tmp_path / "cd").iterdir()) == []  # neither the entry nor its temporary
-    assert st.get(key) is None and st.corrupt == []
+    assert st.read(key) is None and st.corrupt == []
 
 
 def test_put_interrupted_after_its_rename_keeps_the_entry(monkeypatch, tmp_path) -> None:
@@ -271,16 +271,16 @@ def test_put_interrupted_after_its_rename_keeps_the_entry(monkeypatch, tmp_path)
     monkeypatch.setattr(store.os, "replace", rename_then_interrupt)
     st = store.Store(tmp_path)
     with pytest.raises(KeyboardInterrupt):
-        st.put("ef" + "0" * 62, {"a": 1})
+        st.write("ef" + "0" * 62, {"a": 1})
     monkeypatch.setattr(store.os, "replace", real)
-    assert st.get("ef" + "0" * 62) == {"a": 1}
+    assert st.read("ef" + "0" * 62) == {"a": 1}
 
 
 def test_an_entry_that_is_a_directory_is_a_counted_miss(tmp_path) -> None:
     st = store.Store(tmp_path)
     key = "0a" + "1" * 62
     (tmp_path / "0a" / f"{key}.json").mkdir(parents=True)  # unreadable, and unlink fails
-    assert st.get(key) is None and st.corrupt == [key]
+    assert st.read(key) is None and st.corrupt == [key]
 
 
 def test_store_defaults_to_results_under_the_cache_root(monkeypatch, tmp_path) -> None:
