@@ -43,6 +43,7 @@ def test_gates_imports_without_ray():
 def test_one_fingerprint_is_one_kind_and_a_configuration_keeps_to_one_kind():
     rx = pytest.importorskip("gates.run.executors.ray")  # needs Ray importable, not a cluster
     from gates.plan.build import Arm
+    from gates.run.executors.worker import NodeFacts
 
     nodes = [
         {"NodeID": "a", "Resources": {"CPU": 16, "GPU": 8}},
@@ -51,7 +52,7 @@ def test_one_fingerprint_is_one_kind_and_a_configuration_keeps_to_one_kind():
         {"NodeID": "d", "Resources": {"CPU": 2}},
     ]
     fps = {"a": "h200", "b": "h200", "c": "a100", "d": "cpu"}
-    facts = {n: {"fp": fp, "machine": {"fp": fp}, "host": n} for n, fp in fps.items()}
+    facts = {n: NodeFacts(n, {"fp": fp}, fp) for n, fp in fps.items()}
     gpu = rx.kinds_of(nodes, facts, True)
     assert [(k.fp, k.nodes, k.capacity) for k in gpu] == [
         ("h200", ["a", "b"], 16),

@@ -67,6 +67,8 @@ TYPED = (
     "gates.run.reply",
     "gates.run.capabilities",
     "gates.run.envs",
+    "gates.run.executors.ship",
+    "gates.run.executors.worker",
 )
 
 # (module, function, parameter or "return"): what the dict is, since it is not a result
@@ -112,6 +114,8 @@ JSON_ALLOWED: dict[tuple[str, str, str], str] = {
     "and speed read through gates_of and speed_of",
     ("gates.run.envs", "describe", "envs"): "the manifest's environments, as the receipt reads "
     "them",
+    ("gates.run.executors.worker", "__init__", "machine"): "a node's machine as store.machine "
+    "describes it, written into the manifest as it is",
     ("gates.run.store", "arm_key", "config"): "JSON being hashed into the key: ArmConfig.to_json "
     "and what joins it (the served client's version, the plain twin's key)",
 }

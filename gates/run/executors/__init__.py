@@ -14,7 +14,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gates import BadInput
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from gates.plan.build import Arm
+    from gates.plan.speed import SpeedSpec
     from gates.run import envs, refs
     from gates.run.capabilities import Capabilities
     from gates.run.execute import ArmJob, Progress
@@ -52,7 +55,9 @@ class Executor(Protocol):
         """As ``gates.run.execute.run_all``: every job's ``on_done`` once, whatever happened."""
         ...
 
-    def speed(self, sides: dict[str, refs.Side], **kw: Any) -> SpeedRun:
+    def speed(
+        self, sides: dict[str, refs.Side], model: Path, backend: str, spec: SpeedSpec
+    ) -> SpeedRun:
         """The speed part of the run, on one worker (both sides on one machine)."""
         ...
 

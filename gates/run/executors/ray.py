@@ -40,8 +40,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import gates
 from gates import BadInput
+from gates.jsontypes import JsonObject
 from gates.plan.arm_config import ArmConfig
 from gates.plan.build import Arm
+from gates.plan.speed import SpeedSpec
 from gates.run import envs, refs
 from gates.run.arms import truth_of
 from gates.run.capabilities import Capabilities
@@ -57,31 +59,36 @@ RUNTIME_ENV = {"py_modules": [str(Path(gates.__file__).parent)]}
 
 
 @ray.remote(max_retries=0)
-def _arm(payload: dict[str, Any], gpu: bool) -> dict[str, Any]:
+def _arm(payload: ship.ArmPayload, gpu: bool) -> ArmRun:
     device = ",".join(str(i) for i in ray.get_gpu_ids()) if gpu else None
     return worker.run(payload, ray.get, device or None)
 
 
 @ray.remote(max_retries=0)
-def _capabilities(commit: dict[str, Any], env_spec: list[str] | None) -> tuple:
+def _capabilities(commit: ship.Commit, env_spec: list[str] | None) -> tuple:
     return worker.probe_capabilities(commit, env_spec, ray.get)
 
 
 @ray.remote(max_retries=0)
-def _speed(commits: dict[str, Any], specs: dict[str, Any], kw: dict[str, Any]) -> dict:
+def _speed(
+    commits: dict[str, ship.Commit],
+    specs: dict[str, list[str] | None],
+    asset: ship.Asset,
+    backend: str,
+    spec: SpeedSpec,
+) -> SpeedRun:
     from gates.run.speed.measure import run_speed
 
     sides = {k: worker.checkout(c, ray.get) for k, c in commits.items()}
     pythons = {k: worker.python_for(s) for k, s in specs.items()}
-    model = worker.unpack(kw.pop("model"), ray.get)
+    model = worker.unpack(asset, ray.get)
     with worker.local_signals():
-        got = run_speed(sides, model, cache=refs.cache_root(), pythons=pythons, **kw)
-    return got.to_json()
+        return run_speed(sides, model, backend, spec, refs.cache_root(), pythons=pythons)
 
 
 @ray.remote(max_retries=0)
-def _facts() -> dict[str, Any]:
-    return {**worker.facts(), "gates": gates.__file__}
+def _facts() -> worker.NodeFacts:
+    return worker.facts()
 
 
 @dataclass
@@ -89,16 +96,14 @@ class Kind:
     """Nodes of one machine fingerprint that can run one sort of arm (GPU or CPU)."""
 
     fp: str
-    machine: dict[str, Any]
+    machine: JsonObject  # store.machine() of its nodes, as the manifest writes it
     nodes: list[str] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)
     capacity: int = 0
     turn: int = 0  # the next node to pin to (several kinds only)
 
 
-def kinds_of(
-    nodes: list[dict[str, Any]], facts: dict[str, dict[str, Any]], gpu: bool
-) -> list[Kind]:
+def kinds_of(nodes: list[JsonObject], facts: dict[str, worker.NodeFacts], gpu: bool) -> list[Kind]:
     """The kinds of node able to run GPU (or CPU) arms, the largest first."""
     res = "GPU" if gpu else "CPU"
     out: dict[str, Kind] = {}
@@ -107,14 +112,15 @@ def kinds_of(
         if have <= 0:
             continue
         f = facts[n["NodeID"]]
-        k = out.setdefault(f["fp"], Kind(f["fp"], f["machine"]))
+        k = out.setdefault(f.fp, Kind(f.fp, f.machine))
         k.nodes.append(n["NodeID"])
-        k.hosts.append(f["host"])
+        k.hosts.append(f.host)
         k.capacity += have
     return sorted(out.values(), key=lambda k: (-k.capacity, k.fp))
 
 
-def _alive() -> list[dict[str, Any]]:
+def _alive() -> list[JsonObject]:
+    """Ray's live nodes, as ray.nodes() describes them."""
     return [n for n in ray.nodes() if n.get("Alive")]
 
 
@@ -285,7 +291,7 @@ class RayExecutor:
     def _outcome(self, ref: Any, job: ArmJob, lost: list[str]) -> ArmRun | None:
         """The arm's result; None: its worker was lost for the first time (submit again)."""
         try:
-            return ArmRun.from_json(ray.get(ref))
+            return ray.get(ref)
         except ray.exceptions.TaskCancelledError:
             raise
         except ray.exceptions.RayTaskError as e:  # the harness failed on the worker
@@ -299,17 +305,19 @@ class RayExecutor:
             why = "; then ".join(lost)
             return ArmRun(Status.CRASHED, reason=f"its Ray worker was lost twice: {why}")
 
-    def speed(self, sides: dict[str, refs.Side], model: Path, backend: str, **kw: Any) -> SpeedRun:
+    def speed(
+        self, sides: dict[str, refs.Side], model: Path, backend: str, spec: SpeedSpec
+    ) -> SpeedRun:
         """The speed blocks on one worker of the primary kind: base and head on one GPU."""
         commits = {k: self.shipper.commit(s.sha) for k, s in sides.items()}
         specs = {k: self.specs.get(s.sha) for k, s in sides.items()}
         gpu = backend in GPU_BACKENDS
         opts = self._options(gpu, self.kinds[gpu][0])
-        kw = {**kw, "backend": backend, "model": self.shipper.asset(model)}
+        asset = self.shipper.asset(model)
         try:
-            return SpeedRun.from_json(ray.get(_speed.options(**opts).remote(commits, specs, kw)))
+            return ray.get(_speed.options(**opts).remote(commits, specs, asset, backend, spec))
         except ray.exceptions.RayError as e:
-            return SpeedRun(Status.COULD_NOT_RUN, f"on Ray: {_why(e)}", spec=kw.get("spec"))
+            return SpeedRun(Status.COULD_NOT_RUN, f"on Ray: {_why(e)}", spec=spec)
 
     def run_info(self) -> dict[str, Any]:
         """The receipt's machine: the kind the arms ran on, and where that is."""

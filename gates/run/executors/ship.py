@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gates.plan import hashes
+from gates.plan.arm_config import ArmConfig
 from gates.run.execute import ArmJob
 
 
@@ -58,47 +59,82 @@ def file_name(path: Path) -> str:
     return f"file{path.suffix}"
 
 
+@dataclass(frozen=True)
+class Commit:
+    """A commit as it travels: its SHA and its bundle's object ref (Ray hands a task a ref
+    inside an object as the ref, not the bytes: fetched only for a first checkout)."""
+
+    sha: str
+    bundle: Any  # ray.put of the bundle
+
+
+@dataclass(frozen=True)
+class Asset:
+    """A fixture as it travels: content hash, name, whether a directory, archive ref."""
+
+    hash: str
+    name: str
+    dir: bool
+    archive: Any  # ray.put of the archive
+
+
+@dataclass(frozen=True)
+class ArmPayload:
+    """An arm as a worker can run it anywhere: paths replaced by what they hold."""
+
+    key: str
+    label: str
+    commit: Commit
+    config: ArmConfig
+    model: Asset
+    requests: bytes
+    timeout: float
+    extra_args: tuple[str | Asset, ...]
+    trace: bool
+    served: bool
+    env_spec: list[str] | None
+
+
 @dataclass
 class Shipper:
     """Puts each commit and fixture into the object store once; builds arm payloads."""
 
     git_dir: Path  # the runner's git common dir (its objects/)
     put: Callable[[bytes], Any]  # ray.put
-    _refs: dict[str, Any] = field(default_factory=dict)
+    _refs: dict[str, object] = field(default_factory=dict)  # content -> its object ref
 
-    def commit(self, sha: str) -> dict[str, Any]:
-        """The commit's descriptor: its SHA and the bundle's object ref, in a list so that
-        Ray hands the worker the ref, not the bytes (fetched only for a first checkout)."""
+    def commit(self, sha: str) -> Commit:
+        """The commit, its bundle in the object store."""
         if sha not in self._refs:
             self._refs[sha] = self.put(bundle(self.git_dir, sha))
-        return {"sha": sha, "bundle": [self._refs[sha]]}
+        return Commit(sha, self._refs[sha])
 
-    def asset(self, path: Path) -> dict[str, Any]:
-        """A fixture's descriptor: content hash, name, whether a directory, archive ref."""
+    def asset(self, path: Path) -> Asset:
+        """A fixture, its archive in the object store."""
         is_dir = path.is_dir()
         digest = hashes.hash_dir(path) if is_dir else hashes.hash_file(path)
         if digest not in self._refs:
             self._refs[digest] = self.put(archive(path))
         name = path.name if is_dir else file_name(path)
-        return {"hash": digest, "name": name, "dir": is_dir, "archive": [self._refs[digest]]}
+        return Asset(digest, name, is_dir, self._refs[digest])
 
-    def arg(self, a: str) -> str | dict[str, Any]:
+    def arg(self, a: str) -> str | Asset:
         """An engine argument; a runner path (a drafter model, a truth file) as an asset."""
         p = Path(a)
         return self.asset(p) if os.path.isabs(a) and p.exists() else a
 
-    def payload(self, job: ArmJob, sha: str, env_spec: list[str] | None) -> dict[str, Any]:
+    def payload(self, job: ArmJob, sha: str, env_spec: list[str] | None) -> ArmPayload:
         """The arm as data a worker can run anywhere (paths replaced by what they hold)."""
-        return {
-            "key": job.key,
-            "label": job.label,
-            "commit": self.commit(sha),
-            "config": job.config.to_json(),
-            "model": self.asset(job.model),
-            "requests": job.requests,
-            "timeout": job.timeout,
-            "extra_args": [self.arg(a) for a in job.extra_args],
-            "trace": job.trace,
-            "served": bool(job.config.served),
-            "env_spec": env_spec,
-        }
+        return ArmPayload(
+            key=job.key,
+            label=job.label,
+            commit=self.commit(sha),
+            config=job.config,
+            model=self.asset(job.model),
+            requests=job.requests,
+            timeout=job.timeout,
+            extra_args=tuple(self.arg(a) for a in job.extra_args),
+            trace=job.trace,
+            served=bool(job.config.served),
+            env_spec=env_spec,
+        )

@@ -1,6 +1,6 @@
 """The worker's side of a Ray arm: check the commit out from its bundle, unpack the fixtures,
 run the arm as a local run would (``execute.run_arm`` or ``served.run_served``), and return
-its result as JSON.
+its ArmRun.
 
 Everything is kept in the worker's own cache (``$GATES_CACHE/ray`` there, default
 ``~/.cache/exact-gates/ray``): one checkout per commit and one copy of each fixture per node,
@@ -26,12 +26,15 @@ import sys
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gates.plan.arm_config import ArmConfig
+import gates
+from gates.jsontypes import JsonObject
 from gates.run import envs, refs, served, store
 from gates.run.execute import ArmJob, base_env, capabilities, kill, run_arm
+from gates.run.executors.ship import ArmPayload, Asset, Commit
 from gates.run.results import ArmRun, Status
 
 Get = Callable[[Any], bytes]  # ray.get
@@ -85,9 +88,9 @@ def _git(*args: str) -> None:
     subprocess.run(["git", *args], check=True, capture_output=True, text=True)
 
 
-def checkout(commit: dict[str, Any], get: Get) -> Path:
+def checkout(commit: Commit, get: Get) -> Path:
     """The commit's worktree on this node, made once from its bundle."""
-    sha = commit["sha"]
+    sha = commit.sha
     path = cache() / "checkouts" / sha
     ready = path.with_name(f"{sha}.ready")
     with _locked(path.with_name(f"{sha}.lock")):
@@ -96,7 +99,7 @@ def checkout(commit: dict[str, Any], get: Get) -> Path:
         shutil.rmtree(path, ignore_errors=True)
         with tempfile.TemporaryDirectory(prefix="gates-bundle-") as d:
             b = Path(d) / "commit.bundle"
-            b.write_bytes(get(commit["bundle"][0]))
+            b.write_bytes(get(commit.bundle))
             _git("init", "-q", str(path))
             _git("-C", str(path), "fetch", "-q", str(b), "refs/gates/arm")
             _git("-C", str(path), "-c", "advice.detachedHead=false", "checkout", "-q", sha)
@@ -104,18 +107,18 @@ def checkout(commit: dict[str, Any], get: Get) -> Path:
     return path
 
 
-def unpack(asset: dict[str, Any], get: Get) -> Path:
+def unpack(asset: Asset, get: Get) -> Path:
     """A fixture (a model directory, a file) on this node, unpacked once by content hash."""
-    root = cache() / "assets" / asset["hash"]
-    ready = root.with_name(f"{asset['hash']}.ready")
-    with _locked(root.with_name(f"{asset['hash']}.lock")):
+    root = cache() / "assets" / asset.hash
+    ready = root.with_name(f"{asset.hash}.ready")
+    with _locked(root.with_name(f"{asset.hash}.lock")):
         if not ready.is_file():
             shutil.rmtree(root, ignore_errors=True)
             root.mkdir(parents=True)
-            with tarfile.open(fileobj=io.BytesIO(get(asset["archive"][0]))) as tar:
+            with tarfile.open(fileobj=io.BytesIO(get(asset.archive))) as tar:
                 tar.extractall(root, filter="data")
-            ready.write_text(asset["name"] + "\n")
-    return root if asset["dir"] else root / asset["name"]
+            ready.write_text(asset.name + "\n")
+    return root if asset.dir else root / asset.name
 
 
 def python_for(env_spec: list[str] | None) -> str:
@@ -174,39 +177,39 @@ def where(device: str | None) -> str:
     return f"{host} · GPU {device} ({name})"
 
 
-def run(payload: dict[str, Any], get: Get, device: str | None) -> dict[str, Any]:
-    """Run one arm on this worker; the ArmRun as JSON (never raises for an engine failure)."""
-    cfg = ArmConfig.from_json(payload["config"])
+def run(payload: ArmPayload, get: Get, device: str | None) -> ArmRun:
+    """Run one arm on this worker (never raises for an engine failure)."""
+    cfg = payload.config
     try:
-        wt = checkout(payload["commit"], get)
-        model = unpack(payload["model"], get)
-        extra = [str(unpack(a, get)) if isinstance(a, dict) else a for a in payload["extra_args"]]
-        python = python_for(payload["env_spec"])
+        wt = checkout(payload.commit, get)
+        model = unpack(payload.model, get)
+        extra = [str(unpack(a, get)) if isinstance(a, Asset) else a for a in payload.extra_args]
+        python = python_for(payload.env_spec)
     except (OSError, subprocess.CalledProcessError, tarfile.TarError, envs.EnvError) as e:
         why = getattr(e, "stderr", "") or str(e)
         reason = f"the worker could not prepare the arm: {str(why).strip()[-300:]}"
-        return ArmRun(Status.CRASHED, reason=reason, device=where(device)).to_json()
+        return ArmRun(Status.CRASHED, reason=reason, device=where(device))
     job = ArmJob(
-        key=payload["key"],
-        label=payload["label"],
+        key=payload.key,
+        label=payload.label,
         worktree=wt,
         config=cfg,
         model=model,
-        requests=payload["requests"],
-        timeout=payload["timeout"],
-        workdir=cache() / "runs" / f"{payload['key'][:20]}-{os.getpid()}",
+        requests=payload.requests,
+        timeout=payload.timeout,
+        workdir=cache() / "runs" / f"{payload.key[:20]}-{os.getpid()}",
         env=base_env(wt, cfg.backend, cfg.flags, refs.cache_root()),
         extra_args=extra,
-        trace=payload["trace"],
-        runner=served.run_served if payload["served"] else None,
+        trace=payload.trace,
+        runner=served.run_served if payload.served else None,
         python=python,
     )
     with local_signals(), watchdog() as live:
         result = (job.runner or run_arm)(job, live, device)
-    return dataclasses.replace(result, device=where(device)).to_json()
+    return dataclasses.replace(result, device=where(device))
 
 
-def probe_capabilities(commit: dict[str, Any], env_spec: list[str] | None, get: Get) -> tuple:
+def probe_capabilities(commit: Commit, env_spec: list[str] | None, get: Get) -> tuple:
     """``engine capabilities --json`` of the commit, as this worker's machine answers it."""
     try:
         wt = checkout(commit, get)
@@ -217,6 +220,17 @@ def probe_capabilities(commit: dict[str, Any], env_spec: list[str] | None, get: 
         return capabilities(wt, refs.cache_root(), python=python)
 
 
-def facts() -> dict[str, Any]:
-    """This node as the runner sorts nodes into kinds: its machine and fingerprint."""
-    return {"host": socket.gethostname(), "machine": store.machine(), "fp": store.fingerprint()}
+@dataclass(frozen=True)
+class NodeFacts:
+    """A node as the runner sorts nodes into kinds: its host, machine and fingerprint, and
+    the gates package it runs (the one the runner shipped, or a stale install)."""
+
+    host: str
+    machine: JsonObject
+    fp: str
+    gates: str = ""
+
+
+def facts() -> NodeFacts:
+    """This node's facts."""
+    return NodeFacts(socket.gethostname(), store.machine(), store.fingerprint(), gates.__file__)
