@@ -34,6 +34,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gates.jsontypes import JsonObject
+
 # timings: wall_s, cpu_s, t_ms, ms, tok_s ... (a number that the clock, not the engine, decides)
 TIMING = re.compile(r"(^|_)(s|ms)$")
 ARM_FIELDS = ("side", "label", "config", "key", "status", "reason", "dropped", "replies")
@@ -56,7 +58,7 @@ def located(obj: Any) -> Any:
     return obj
 
 
-def as_run(stored: dict[str, Any], served: bool) -> dict[str, Any]:
+def as_run(stored: JsonObject, served: bool) -> JsonObject:
     """A stored result's fields that a run decides: no timings, files by content, and no
     served arm's counters of work (see the module's docstring)."""
     run = located(untimed({f: stored.get(f) for f in RUN_FIELDS}))
@@ -95,7 +97,7 @@ def diff(a: Any, b: Any, where: str, out: list[str]) -> None:
         out.append(f"{where}: {_short(a)} != {_short(b)}")
 
 
-def read(path: Path) -> dict[str, Any]:
+def read(path: Path) -> JsonObject:
     try:
         man = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -105,7 +107,7 @@ def read(path: Path) -> dict[str, Any]:
     return man
 
 
-def stored(results: Path | None, key: str | None) -> dict[str, Any] | None:
+def stored(results: Path | None, key: str | None) -> JsonObject | None:
     if results is None or not key:
         return None
     path = results / key[:2] / f"{key}.json"
@@ -116,7 +118,7 @@ def stored(results: Path | None, key: str | None) -> dict[str, Any] | None:
 
 
 def compare(
-    a: dict[str, Any], b: dict[str, Any], results: tuple[Path, Path] | None = None
+    a: JsonObject, b: JsonObject, results: tuple[Path, Path] | None = None
 ) -> tuple[list[str], dict[str, int]]:
     """Every difference between two manifests, and what was compared (counts)."""
     out: list[str] = []
@@ -163,7 +165,7 @@ def compare(
     return out, n
 
 
-def _entry(e: dict[str, Any]) -> dict[str, Any]:
+def _entry(e: JsonObject) -> JsonObject:
     """A gate entry as it decides: its engine's stderr is where it ran, not what it found."""
     return untimed({k: v for k, v in e.items() if k != "stderr_tail"})
 
