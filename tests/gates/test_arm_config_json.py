@@ -100,8 +100,11 @@ def test_a_config_reads_back_as_it_was_written_and_refuses_what_it_would_not() -
     assert cfg.value("kv") == "bf16" and cfg.value("colour") is None
 
 
-def test_a_ray_payload_carries_the_config_as_json(tmp_path: Path) -> None:
-    """What a worker is sent is the config's JSON, and reads back as the config."""
+def test_a_ray_payload_carries_the_typed_config(tmp_path: Path) -> None:
+    """What a worker is sent carries the typed config (Ray pickles it), unchanged through a
+    pickle round trip, and the config's JSON reads back as the config."""
+    import pickle
+
     from gates.run.execute import ArmJob
     from gates.run.executors.ship import Shipper
 
@@ -110,8 +113,9 @@ def test_a_ray_payload_carries_the_config_as_json(tmp_path: Path) -> None:
     job = ArmJob("k", "arm", tmp_path, cfg, tmp_path / "model", b"", 1, tmp_path / "w")
     shipper = Shipper(tmp_path, put=len, _refs={"abc": "bundle"})
     payload = shipper.payload(job, "abc", None)
-    assert json.dumps(payload["config"]) == json.dumps(cfg.to_json()) and payload["served"]
-    assert ArmConfig.from_json(json.loads(json.dumps(payload["config"]))) == cfg
+    assert payload.config == cfg and payload.served
+    assert pickle.loads(pickle.dumps(payload)).config == cfg
+    assert ArmConfig.from_json(json.loads(json.dumps(payload.config.to_json()))) == cfg
 
 
 def test_a_point_holds_the_axes_and_a_config_takes_them() -> None:
