@@ -21,8 +21,8 @@ def test_defaults_and_values_from_the_environment() -> None:
     assert CupyOptions.from_environ({}).gemm == "cublas"
     assert CupyOptions.from_environ({"ENGINE_CUPY_GEMM": "own"}).gemm == "own"
     assert CupyOptions.from_environ({"ENGINE_CUPY_GEMM": "mma"}).gemm == "mma"
-    assert CupyOptions.from_environ({}).pdl is True
-    assert CupyOptions.from_environ({"ENGINE_CUPY_PDL": "0"}).pdl is False
+    assert CupyOptions.from_environ({}).pdl is False
+    assert CupyOptions.from_environ({"ENGINE_CUPY_PDL": "1"}).pdl is True
 
 
 @pytest.mark.parametrize(

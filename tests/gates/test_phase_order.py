@@ -3,7 +3,8 @@
 Every module of ``gates/`` is read with ``ast`` (imports inside functions count too). A
 module imports only modules of its own phase or an earlier one, and no two modules import
 each other, directly or round a circle. The package root (``gates/__init__.py``: BadInput,
-exit codes) is below every phase; the tools that drive the whole pipeline (the CLI, the
+exit codes; ``gates/jsontypes.py``: the type of JSON at the edges)
+is below every phase; the tools that drive the whole pipeline (the CLI, the
 pipeline itself, selftest, bisect, speed calibration, the power check) are above every phase.
 """
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 GATES = Path(__file__).resolve().parents[2] / "gates"
 PHASES = ("root", "plan", "run", "judge", "report", "tools")
+ROOT = {"gates.jsontypes"}  # the type of JSON at the edges: below every phase, like BadInput
 
 
 def module_name(path: Path, root: Path = GATES) -> str:
@@ -26,7 +28,7 @@ def module_name(path: Path, root: Path = GATES) -> str:
 def phase(module: str) -> int:
     """Where a module stands: ``gates`` itself, a phase package, or a tool."""
     parts = module.split(".")
-    if len(parts) == 1:
+    if len(parts) == 1 or module in ROOT:
         return PHASES.index("root")
     if parts[1] in PHASES[1:-1]:
         return PHASES.index(parts[1])
