@@ -60,6 +60,7 @@ def _shard_arg(text: str) -> tuple[int, int]:
 
 def _show(a: argparse.Namespace) -> int:
     from gates.report.receipt import render
+    from gates.report.view import Manifest
     from gates.run.refs import open_repo, repo_root
 
     path = Path(a.receipt) if a.receipt else None
@@ -81,7 +82,7 @@ def _show(a: argparse.Namespace) -> int:
     if not isinstance(man, dict) or "gates" not in man:
         raise BadInput(f"{path}: not a receipt manifest (a shard? join shards with `merge`)")
     print(
-        render.summary(man) if a.summary else render.markdown(man),
+        render.summary(Manifest.parse(man)) if a.summary else render.markdown(Manifest.parse(man)),
         end="" if not a.summary else "\n",
     )
     return int(man.get("exit_code", 0))

@@ -29,7 +29,7 @@ from gates.plan.inputs import load_inputs
 from gates.report.receipt.counts import arm_counts
 from gates.report.receipt.table import md_table
 from gates.run import refs, store
-from gates.run.results import Status
+from gates.run.results import Status, arms_of
 
 FAILS, HOLDS, SKIP = "fails", "holds", "skip"
 
@@ -107,7 +107,7 @@ class Bisect:
             subject=self.repo.commit(sha).summary,
             verdict=verdict,
             why=why,
-            counts=arm_counts(man),
+            counts=arm_counts(arms_of(man)),
             wall_s=round(time.monotonic() - t0, 1),
             receipt=str(found[-1].with_suffix(".md")),
         )

@@ -18,11 +18,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import git
 
 from gates import BadInput
+from gates.jsontypes import JsonObject
+from gates.report.view import Manifest
 from gates.run.results import Status
 
 TRAILER = "Gates-Accept-Slower"
@@ -77,7 +78,7 @@ def load(path: str | None) -> list[dict[str, str]]:
     return out
 
 
-def apply(man: dict[str, Any], accepted: list[dict[str, str]]) -> None:
+def apply(man: JsonObject, accepted: list[dict[str, str]]) -> None:
     """Mark the accepted slower cells of the manifest's speed part, pass it when every
     slower cell is accepted, and record each acceptance (``applied``: it matched one)."""
     speed = man.get("speed")
@@ -97,12 +98,12 @@ def apply(man: dict[str, Any], accepted: list[dict[str, str]]) -> None:
     man["accepted"] = [a | {"applied": a["cell"] in named} for a in accepted]
 
 
-def lines(man: dict[str, Any]) -> list[str]:
+def lines(man: Manifest) -> list[str]:
     """The receipt's record: who accepted what, and acceptances that matched no slower cell."""
     out = []
-    for a in man.get("accepted") or []:
-        if a.get("applied"):
-            out.append(f"slower `{a['cell']}` accepted by {a['by']} ({a['via']})")
+    for a in man.accepted:
+        if a.applied:
+            out.append(f"slower `{a.cell}` accepted by {a.by} ({a.via})")
         else:
-            out.append(f"`{a['cell']}` accepted by {a['by']} ({a['via']}), but it is not slower")
+            out.append(f"`{a.cell}` accepted by {a.by} ({a.via}), but it is not slower")
     return out

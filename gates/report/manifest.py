@@ -16,6 +16,7 @@ from gates.plan.inputs import Inputs
 from gates.plan.planned import Arm
 from gates.report import accept
 from gates.report.receipt import render, schema
+from gates.report.view import Manifest
 from gates.run import validate
 from gates.run.results import ArmResult, ArmRun
 
@@ -85,8 +86,8 @@ def report(
     if "shards" in run_info:
         manifest["shards"] = run_info["shards"]
     accept.apply(manifest, run_info.get("accepted") or [])
-    verdict, code = render.verdict(manifest)
+    verdict, code = render.verdict(Manifest.parse(manifest))
     manifest["verdict"], manifest["exit_code"] = verdict, code
     md_path, _ = render.write(manifest, out_dir)
-    print(render.summary(manifest, md_path))
+    print(render.summary(Manifest.parse(manifest), md_path))
     return code

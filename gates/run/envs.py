@@ -132,16 +132,16 @@ def to_json(envs: dict[str, Env]) -> JsonObject:
     return {name: asdict(e) for name, e in envs.items()}
 
 
-def describe(envs: JsonObject | None) -> str:
-    """The receipt's line on environments (from the manifest's ``environments``)."""
+def describe(envs: dict[str, Env] | None) -> str:
+    """The receipt's line on environments (the manifest's ``environments``, read back)."""
     if not envs:
         return ""
-    if all(e["kind"] == "shared" for e in envs.values()):
+    if all(e.kind == "shared" for e in envs.values()):
         return "one environment for both sides (the gate runner's: same dependency spec)"
     parts = []
     for name in ("base", "head"):
         e = envs[name]
-        what = f"`{e['key']}`" + (f" (could not be made: {e['reason']})" if e["reason"] else "")
+        what = f"`{e.key}`" + (f" (could not be made: {e.reason})" if e.reason else "")
         parts.append(f"{name} in its own virtualenv {what}")
     return "; ".join(parts) + " — the dependency specs differ"
 

@@ -95,8 +95,3 @@ class ReplySummary:
 
     def to_json(self) -> JsonObject:
         return {k: getattr(self, k) for k in ("id", "n", "token_sha", "finish_reason")}
-
-    def get(self, key: str, default: object = None) -> object:
-        """Transitional, for gates/report/receipt/render.py's ``r.get("n", 0)`` (another chunk
-        of issue 27 reads ``r.n`` there): remove once nothing reads a summary as a dict."""
-        return getattr(self, key, default)

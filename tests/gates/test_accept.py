@@ -11,6 +11,7 @@ from gates import BadInput
 from gates.judge.results import GateResult
 from gates.report import accept
 from gates.report.receipt import render
+from gates.report.view import Manifest
 from gates.run.results import Status
 from tests.gates.conftest import git, run_gates
 from tests.gates.test_speed import _speed_result
@@ -27,7 +28,7 @@ def _man(accepted: list[dict]) -> dict:
 
 def test_one_accepted_cell_of_eight_slower_still_fails_but_is_named():
     man = _man([ALICE])
-    assert render.verdict(man) == ("❌ 1 gate failed: speed", 1)
+    assert render.verdict(Manifest.parse(man)) == ("❌ 1 gate failed: speed", 1)
     by = {f"{c['metric']}@{c['parallel']}": c.get("accepted_by") for c in man["speed"]["cells"]}
     assert by["decode_cpu_s_per_token@1"] == "@alice (label x)"
     assert sum(v is not None for v in by.values()) == 1
@@ -38,9 +39,9 @@ def test_every_slower_cell_accepted_passes_and_says_who():
     cells = [f"{m}@{n}" for m in ("decode_cpu_s_per_token", "decode_tok_s") for n in (1, 2, 4, 8)]
     taken = [{"cell": c, "by": "Ann <a@x>", "via": "trailer abc"} for c in cells]
     man = _man([*taken, {"cell": "ttft_ms@1", "by": "@bob", "via": "label y"}])
-    verdict, code = render.verdict(man)
+    verdict, code = render.verdict(Manifest.parse(man))
     assert code == 0 and verdict.startswith("✅ all hold (slower decode_cpu_s_per_token@1, ")
-    lines = accept.lines(man)
+    lines = accept.lines(Manifest.parse(man))
     assert lines[0] == "slower `decode_cpu_s_per_token@1` accepted by Ann <a@x> (trailer abc)"
     assert lines[-1] == "`ttft_ms@1` accepted by @bob (label y), but it is not slower"
 

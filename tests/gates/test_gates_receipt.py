@@ -18,6 +18,7 @@ from gates import pipeline as run_mod
 from gates.plan.arm_config import ArmConfig
 from gates.report.receipt import render
 from gates.report.receipt.table import fence
+from gates.report.view import Manifest
 from gates.run import execute
 from gates.run.capabilities import Capabilities
 from gates.run.execute import ArmJob
@@ -151,8 +152,8 @@ def test_the_default_matrix_with_a_failing_head_stays_under_the_limit(stub_repo,
     assert len(md) <= render.MAX_MARKDOWN
     assert man["verdict"] in md and "#### Failures" in md and "#### Could not run" in md
     assert "cut at" not in md and "Reproduce:" in md  # whole: lists shortened, not cut off
-    assert f"more in `{render.file_stem(man)}.full.md`" in md
-    full = (root / "receipts" / f"{render.file_stem(man)}.full.md").read_text()
+    assert f"more in `{render.file_stem(Manifest.parse(man))}.full.md`" in md
+    full = (root / "receipts" / f"{render.file_stem(Manifest.parse(man))}.full.md").read_text()
     assert len(full) > render.MAX_MARKDOWN and "Every comparison" in full
     code_text, prose = code_and_prose(md)  # the receipt still parses as it should
     assert "rows = plan(lanes)" in code_text and "rows = plan(lanes)" not in prose

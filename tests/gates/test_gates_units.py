@@ -8,6 +8,7 @@ from gates.judge.diffs import TokensDiff
 from gates.judge.results import GateResult
 from gates.plan.request import PromptRequest
 from gates.report.receipt import failures, render
+from gates.report.view import Manifest
 from gates.run.results import ArmResult, Status
 
 
@@ -88,15 +89,15 @@ def test_verdict_exit_codes():
             "speed": None,
         }
 
-    assert render.verdict(man("pass", "not_comparable"))[1] == 0
-    assert render.verdict(man("pass", "fail"))[1] == 1
+    assert render.verdict(Manifest.parse(man("pass", "not_comparable")))[1] == 0
+    assert render.verdict(Manifest.parse(man("pass", "fail")))[1] == 1
     crash = [ArmResult("a", status=Status.CRASHED)]
-    assert render.verdict(man("pass", "could_not_run", arms=crash))[1] == 3
-    assert render.verdict(man("fail", "could_not_run", arms=crash))[1] == 1
-    assert render.verdict(man("not_comparable"))[1] == 3
+    assert render.verdict(Manifest.parse(man("pass", "could_not_run", arms=crash)))[1] == 3
+    assert render.verdict(Manifest.parse(man("fail", "could_not_run", arms=crash)))[1] == 1
+    assert render.verdict(Manifest.parse(man("not_comparable")))[1] == 3
     speed = man("pass")
     speed["speed"] = {"status": "fail"}
-    assert render.verdict(speed) == ("❌ 1 gate failed: speed", 1)
+    assert render.verdict(Manifest.parse(speed)) == ("❌ 1 gate failed: speed", 1)
 
 
 def test_one_arm_per_gpu(stub_repo, monkeypatch):

@@ -10,6 +10,7 @@ from pathlib import Path
 from gates.plan.speed import SpeedSpec
 from gates.report import speed_chart as chart
 from gates.report.receipt import render
+from gates.report.view import Manifest
 from gates.run import execute
 from gates.run.results import Status
 from gates.run.speed.results import SpeedCell, SpeedRun, Verdict
@@ -44,7 +45,7 @@ def test_one_notion_of_held_per_gate(stub_repo):
     solo = rows["| ❌ concurrent == solo"]
     assert "❌ 0/1 pairs hold, " in solo and " requests differ" in solo
     assert rows["| ✅ no pages at idle"].count("✅ 2/2 arms hold") == 2  # head's, per kv
-    summary = render.summary(man)
+    summary = render.summary(Manifest.parse(man))
     assert "concurrent == solo: ❌ 0/2 pairs hold, " in summary
     assert "no pages at idle: ✅ 4/4 arms hold" in summary
 

@@ -19,6 +19,7 @@ from gates.plan import matrix
 from gates.plan.speed import SpeedSpec
 from gates.report import speed_chart as chart
 from gates.report.receipt import render
+from gates.report.view import Manifest
 from gates.run.results import Status
 from gates.run.speed import estimate, schema, stats
 from gates.run.speed.measure import judge, max_looks
@@ -220,19 +221,21 @@ def test_receipt_table_and_chart():
 def test_speed_verdict_exit_codes():
     gate = GateResult("g", "across_commits", Status.PASS, 1, 1)
     man = {"gates": [gate], "arms": [], "speed": _speed_result(1.05).to_json()}
-    assert render.verdict(man) == ("❌ 1 gate failed: speed", 1)
+    assert render.verdict(Manifest.parse(man)) == ("❌ 1 gate failed: speed", 1)
     ok = _speed_result(1.0)
     ok.cells[0].verdict = Verdict.INCONCLUSIVE
     man["speed"] = ok.to_json()
-    assert render.verdict(man)[1] == 0
+    assert render.verdict(Manifest.parse(man))[1] == 0
     assert "1 inconclusive" in render.summary(
-        {
-            **man,
-            "verdict": "v",
-            "exit_code": 0,
-            "head": {"sha": "h" * 40},
-            "base": {"sha": "b" * 40},
-        }
+        Manifest.parse(
+            {
+                **man,
+                "verdict": "v",
+                "exit_code": 0,
+                "head": {"sha": "h" * 40},
+                "base": {"sha": "b" * 40},
+            }
+        )
     )
 
 

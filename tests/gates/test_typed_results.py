@@ -69,14 +69,15 @@ TYPED = (
     "gates.run.envs",
     "gates.run.executors.ship",
     "gates.run.executors.worker",
+    "gates.report.view",
+    "gates.report.receipt.headline",
+    "gates.report.receipt.counts",
+    "gates.report.accept",
 )
 
 # (module, function, parameter or "return"): what the dict is, since it is not a result
-RECEIPT = ("gates.report.receipt.render", "gates.report.receipt.failures")
 ALLOWED = {
-    # the manifest itself: JSON as written to disk; its gates are read through gates_of
-    ("gates.report.receipt.lists", "*", "man"): "manifest",
-    **{(m, "*", "man"): "manifest" for m in RECEIPT},
+    # the manifest itself: JSON as written to disk; report/view.Manifest.parse reads it
     ("gates.judge.results", "gates_of", "man"): "manifest",
     ("gates.run.store", "fingerprint", "m"): "the machine's description, not a result",
     **{
@@ -116,6 +117,8 @@ JSON_ALLOWED: dict[tuple[str, str, str], str] = {
     "them",
     ("gates.run.executors.worker", "__init__", "machine"): "a node's machine as store.machine "
     "describes it, written into the manifest as it is",
+    ("gates.report.accept", "apply", "man"): "the manifest's JSON, its speed cells and "
+    "acceptances marked before it is written (and parsed into a Manifest)",
     ("gates.run.store", "arm_key", "config"): "JSON being hashed into the key: ArmConfig.to_json "
     "and what joins it (the served client's version, the plain twin's key)",
 }

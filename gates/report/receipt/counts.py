@@ -12,18 +12,18 @@ Read from the manifest's arm rows alone (``gates show`` and merged shards get th
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
-from gates.run.results import arms_of
+from gates.run.results import ArmResult
 
 KINDS = ("run", "shared", "cached", "not_comparable", "not_run")
 
 
-def arm_counts(man: dict[str, Any]) -> dict[str, int]:
-    """Every arm of the manifest in exactly one of ``KINDS``; ``total`` is their sum."""
+def arm_counts(arms: Sequence[ArmResult]) -> dict[str, int]:
+    """Every arm of a manifest in exactly one of ``KINDS``; ``total`` is their sum."""
     out = dict.fromkeys(KINDS, 0)
     seen: set[str] = set()
-    for a in arms_of(man):
+    for a in arms:
         if a.not_comparable:
             out["not_comparable"] += 1
         elif a.cached:

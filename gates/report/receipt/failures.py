@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
 from gates.judge.checks import client
 from gates.judge.checks.equality import describe_margin
 from gates.judge.diffs import BitsDiff, Diff, FieldsDiff, Missing
-from gates.judge.results import Comparison, gates_of
+from gates.judge.results import Comparison
 from gates.plan import prompts as prompts_mod
+from gates.report.view import Manifest
 from gates.run.results import Status
 
 DIFFS_SHOWN = 3  # differing requests shown in full per failing gate; the manifest has more
@@ -38,10 +38,10 @@ class Failure:
     others: list[str]
 
 
-def failure_lines(man: dict[str, Any]) -> list[Failure]:
+def failure_lines(man: Manifest) -> list[Failure]:
     """Per failing gate: its first failing comparison in full, the others in one line each."""
     out = []
-    for g in gates_of(man):
+    for g in man.gates:
         failing = [e for e in g.entries if e.status == Status.FAIL]
         if not failing:
             continue

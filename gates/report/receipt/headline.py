@@ -6,12 +6,9 @@ not run: 6 of 6 arms crashed or timed out; 3 gates could not run", never a count
 
 from __future__ import annotations
 
-from typing import Any
-
 from gates import EXIT_ARM_FAILED, EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK
-from gates.judge.results import gates_of
-from gates.run.results import Status, arms_of
-from gates.run.speed.results import speed_of
+from gates.report.view import Manifest
+from gates.run.results import Status
 
 
 def _n(k: int, word: str) -> str:
@@ -23,31 +20,31 @@ def _first_line(text: str, cap: int = 120) -> str:
     return line if len(line) <= cap else line[: cap - 1] + "…"
 
 
-def could_not_run(man: dict[str, Any]) -> list[str]:
+def could_not_run(man: Manifest) -> list[str]:
     """The parts of the run that could not run, each with its count (empty: none)."""
-    arms = arms_of(man)
+    arms = man.arms
     crashed = [a for a in arms if a.status == Status.CRASHED]
-    blocked = [g for g in gates_of(man) if g.status == Status.COULD_NOT_RUN]
+    blocked = [g for g in man.gates if g.status == Status.COULD_NOT_RUN]
     parts = []
     if crashed:
         parts.append(f"{len(crashed)} of {_n(len(arms), 'arm')} crashed or timed out")
     if blocked:
         verb = "gate" if len(blocked) == 1 else "gates"
-        parts.append(f"{len(blocked)} of {len(gates_of(man))} {verb} could not run")
-    speed = speed_of(man)
+        parts.append(f"{len(blocked)} of {len(man.gates)} {verb} could not run")
+    speed = man.speed
     if speed is not None and speed.status == Status.COULD_NOT_RUN:
         parts.append(f"speed could not run ({_first_line(speed.reason)})")
     return parts
 
 
-def verdict(man: dict[str, Any]) -> tuple[str, int]:
+def verdict(man: Manifest) -> tuple[str, int]:
     """(verdict line, exit code) of a manifest."""
-    gates = gates_of(man)
+    gates = man.gates
     failed = [g.name for g in gates if g.status == Status.FAIL]
-    speed = speed_of(man)
+    speed = man.speed
     if speed is not None and speed.status == Status.FAIL:
         failed.append("speed")
-    bad = man.get("bad_values") or []
+    bad = man.bad_values
     if bad:
         return f"❌ bad matrix: {bad[0]}", EXIT_BAD_INPUT
     if failed:
@@ -55,7 +52,7 @@ def verdict(man: dict[str, Any]) -> tuple[str, int]:
     lost = could_not_run(man)
     if lost:
         return f"⚠️ could not run: {'; '.join(lost)}", EXIT_ARM_FAILED
-    arms = arms_of(man)
+    arms = man.arms
     nc = [a for a in arms if a.not_comparable]
     if not any(g.status == Status.PASS for g in gates):
         what = "no gate has a comparison"
@@ -65,7 +62,7 @@ def verdict(man: dict[str, Any]) -> tuple[str, int]:
             )
         return f"⚠️ nothing could be compared ({what})", EXIT_ARM_FAILED
     notes = [f"{len(nc)} of {_n(len(arms), 'arm')} not comparable"] if nc else []
-    taken = [a["cell"] for a in man.get("accepted") or [] if a.get("applied")]
+    taken = [a.cell for a in man.accepted if a.applied]
     if taken:
         notes.append(f"slower {', '.join(taken)} accepted")
     extra = f" ({'; '.join(notes)})" if notes else ""

@@ -5,18 +5,16 @@ all but the first."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from gates.judge.kinds import unit
-from gates.judge.results import gates_of
-from gates.run.results import Status, arms_of
-from gates.run.speed.results import speed_of
+from gates.report.view import Manifest
+from gates.run.results import Status
 
 
-def skipped(man: dict[str, Any]) -> list[str]:
+def skipped(man: Manifest) -> list[str]:
     """Not comparable arms grouped by reason, notes of the plan, requests left out."""
     groups: dict[str, list[str]] = {}
-    for a in arms_of(man):
+    for a in man.arms:
         if a.not_comparable:
             groups.setdefault(a.reason, []).append(a.id)
     out = []
@@ -24,8 +22,8 @@ def skipped(man: dict[str, Any]) -> list[str]:
         first, nl, rest = why.partition("\n")  # the count stays out of a fenced traceback
         n = f"{len(ids)} arm{'s' * (len(ids) > 1)}, e.g. {ids[0]}"
         out.append(f"not comparable: {first} ({n}){nl}{rest}")
-    out += [f"skipped: {n}" for n in man.get("notes", [])]
-    for g in gates_of(man):
+    out += [f"skipped: {n}" for n in man.notes]
+    for g in man.gates:
         for e in g.entries:
             for s in e.skipped:
                 out.append(f"left out of {g.name}: request `{s.id}` — {s.reason}")
@@ -35,16 +33,16 @@ def skipped(man: dict[str, Any]) -> list[str]:
                 and e.stderr_tail is None  # the arms ran; a metric or trace is missing
             ):
                 out.append(f"{g.name}: {e.arm}: {e.reason}")
-    sp = speed_of(man)
+    sp = man.speed
     if sp and sp.status == Status.NOT_COMPARABLE:
         out.append(f"speed not comparable: {sp.reason}")
     return list(dict.fromkeys(out))
 
 
-def notices(man: dict[str, Any]) -> list[str]:
+def notices(man: Manifest) -> list[str]:
     """What changed without failing a gate (a schedule that moved within its budgets)."""
     out = []
-    for g in gates_of(man):
+    for g in man.gates:
         for e in g.entries:
             if e.notice:
                 out.append(f"{g.name} · `{e.arm}`: {e.notice}")
@@ -60,15 +58,15 @@ class Crashed:
     ids: list[str] = field(default_factory=list)
 
 
-def crashed(man: dict[str, Any]) -> list[Crashed]:
+def crashed(man: Manifest) -> list[Crashed]:
     """Crashed arms grouped by reason and stderr: one record per group."""
     groups: dict[tuple[str, str], Crashed] = {}
-    for a in arms_of(man):
+    for a in man.arms:
         if a.status != Status.CRASHED:
             continue
         g = groups.setdefault((a.reason, a.stderr_tail), Crashed(a.reason, a.stderr_tail))
         g.ids.append(a.id)
-    for gate in gates_of(man):  # an arm refused on one commit that the other one ran
+    for gate in man.gates:  # an arm refused on one commit that the other one ran
         for e in gate.entries:
             if e.ran_on_other_commit and e.blocked_arm:
                 why = f"{e.arm_reason} (the other commit ran it)"

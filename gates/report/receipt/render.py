@@ -9,22 +9,22 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import jinja2
 
-from gates.judge.checks.lean import lean_counts, lean_line, lean_of
+from gates.jsontypes import JsonObject
+from gates.judge.checks.lean import lean_counts, lean_line
 from gates.judge.kinds import unit
-from gates.judge.results import Cell, GateResult, gates_of
+from gates.judge.results import Cell, GateResult
 from gates.report import accept, speed_chart
 from gates.report.receipt.counts import arm_counts, arms_line
 from gates.report.receipt.failures import failure_lines
 from gates.report.receipt.headline import verdict  # noqa: F401 - render.verdict, as before
 from gates.report.receipt.lists import crashed, notices, skipped
 from gates.report.receipt.table import bullet, fence, md_table
+from gates.report.view import Manifest
 from gates.run import envs, store
-from gates.run.results import Status, arms_of
-from gates.run.speed.results import speed_of
+from gates.run.results import Status
 
 TEMPLATES = Path(__file__).parent / "templates"
 ICON = {"pass": "✅", "fail": "❌", "could_not_run": "⚠️", "not_comparable": "➖", "empty": "➖"}
@@ -56,9 +56,9 @@ def cell_text(kind: str, cell: Cell | None) -> str:
     return "n/c"
 
 
-def gate_table(man: dict[str, Any]) -> str:
-    col = man["matrix"].get("columns")
-    gates = gates_of(man)
+def gate_table(man: Manifest) -> str:
+    col = man.matrix.columns
+    gates = man.gates
     values: list[str] = []
     for g in gates:
         for k in g.cells:
@@ -75,9 +75,9 @@ def gate_table(man: dict[str, Any]) -> str:
     return md_table(rows, headers=headers)
 
 
-def entries_table(man: dict[str, Any]) -> str:
+def entries_table(man: Manifest) -> str:
     rows = []
-    for g in gates_of(man):
+    for g in man.gates:
         for e in g.entries:
             what = f"{e.a_name} vs {e.b_name}" if e.is_pair else "metrics"
             ran = e.status in (Status.PASS, Status.FAIL)
@@ -89,13 +89,13 @@ def entries_table(man: dict[str, Any]) -> str:
     return md_table(rows, headers=["gate", "arm", "compared", "result", "note"])
 
 
-def arms_table(man: dict[str, Any]) -> str:
+def arms_table(man: Manifest) -> str:
     rows = []
-    arms = arms_of(man)
+    arms = man.arms
     placed = any(a.device for a in arms)  # a GPU or a Ray node: a column naming it
     for a in arms:
         met = a.metrics or {}
-        toks = sum(r.get("n", 0) for r in a.replies)
+        toks = sum(r.n for r in a.replies)
         rows.append(
             [
                 a.id,
@@ -125,19 +125,19 @@ def arms_table(man: dict[str, Any]) -> str:
     )
 
 
-def machine_line(man: dict[str, Any]) -> str:
-    mc = man["machine"]
-    pk = mc.get("packages", {})
-    parts = [f"{mc.get('cpu')}, {mc.get('cores')} cores"]
-    if mc.get("gpus"):
-        parts.append(", ".join(mc["gpus"]))
-    parts.append(f"Python {mc.get('python')}")
+def machine_line(man: Manifest) -> str:
+    mc = man.machine
+    pk = mc.packages
+    parts = [f"{mc.cpu}, {mc.cores} cores"]
+    if mc.gpus:
+        parts.append(", ".join(mc.gpus))
+    parts.append(f"Python {mc.python}")
     parts += [
         f"{k} {v}" for k, v in pk.items() if k in ("numpy", "mlx", "cupy-cuda12x", "cupy-cuda13x")
     ]
-    parts += [backend_facts_text(name, facts) for name, facts in mc.get("backends", {}).items()]
-    if mc.get("executor"):  # where the arms ran, when not on this machine (gates/run/executors)
-        parts.append(mc["executor"])
+    parts += [backend_facts_text(name, facts) for name, facts in mc.backends.items()]
+    if mc.executor:  # where the arms ran, when not on this machine (gates/run/executors)
+        parts.append(mc.executor)
     return " · ".join(parts)
 
 
@@ -182,7 +182,7 @@ def _duration(s: float) -> str:
 MAX_MARKDOWN = 60_000  # GitHub refuses a PR body or comment over 65,536 characters
 
 
-def markdown(man: dict[str, Any], details: bool = True, cap: int | None = None) -> str:
+def markdown(man: Manifest, details: bool = True, cap: int | None = None) -> str:
     """The receipt. ``details``: with every comparison and per-arm data. ``cap``: at most
     this many items in each list (failing arms of a gate, crashes, skipped), the rest
     counted and left to the full report."""
@@ -196,38 +196,40 @@ def markdown(man: dict[str, Any], details: bool = True, cap: int | None = None) 
             crashed=crashed(man),
             skipped=skipped(man),
             notices=notices(man),
-            lean=lean_of(man),
-            lean_line=lean_line(lean_of(man)),
-            speed=speed_of(man),
-            speed_table=speed_chart.table(speed_of(man)),
-            speed_chart=speed_chart.sweep_chart(speed_of(man)),
-            speed_summary=speed_chart.summary_line(speed_of(man)),
+            lean=man.lean,
+            lean_line=lean_line(man.lean),
+            speed=man.speed,
+            speed_table=speed_chart.table(man.speed),
+            speed_chart=speed_chart.sweep_chart(man.speed),
+            speed_summary=speed_chart.summary_line(man.speed),
             entries_table=entries_table(man),
             arms_table=arms_table(man),
             machine=machine_line(man),
-            envs_line=envs.describe(man.get("environments")),
+            envs_line=envs.describe(man.environments),
             details=details,
             cap=cap,
             stem=file_stem(man),
-            arms_line=arms_line(arm_counts(man)),
+            arms_line=arms_line(arm_counts(man.arms)),
             accepted=accept.lines(man),
         )
     )
 
 
-def file_stem(man: dict[str, Any]) -> str:
+def file_stem(man: Manifest) -> str:
     """<base>..<head>.<matrix>: a run of another matrix does not overwrite this one."""
-    name = "".join(c if c.isalnum() or c in "-_" else "-" for c in man["matrix"]["name"])
-    return f"{man['base']['sha'][:10]}..{man['head']['sha'][:10]}.{name}"
+    name = "".join(c if c.isalnum() or c in "-_" else "-" for c in man.matrix.name)
+    return f"{man.base.sha[:10]}..{man.head.sha[:10]}.{name}"
 
 
 CAPS = (12, 4, 1)  # list lengths tried, longest first, until the receipt fits
 
 
-def write(man: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
+def write(manifest: JsonObject, out_dir: Path) -> tuple[Path, Path]:
+    """The manifest's JSON as it is, and its receipt (read from it once, typed)."""
+    man = Manifest.parse(manifest)
     out_dir.mkdir(parents=True, exist_ok=True)
     md, js = out_dir / f"{file_stem(man)}.md", out_dir / f"{file_stem(man)}.json"
-    store.write_atomic(js, json.dumps(man, indent=1, sort_keys=False, default=str) + "\n")
+    store.write_atomic(js, json.dumps(manifest, indent=1, sort_keys=False, default=str) + "\n")
     text = markdown(man)
     full = out_dir / f"{file_stem(man)}.full.md"
     if len(text) > MAX_MARKDOWN:  # the details go to a full report beside it
@@ -256,19 +258,19 @@ def _cut(text: str, full_name: str) -> str:
     return f"{head}{closing}\n\n… cut at {MAX_MARKDOWN} characters: see `{full_name}`\n"
 
 
-def summary(man: dict[str, Any], md_path: Path | None = None) -> str:
+def summary(man: Manifest, md_path: Path | None = None) -> str:
     lines = [
-        f"Gates: {man['verdict']} — head {man['head']['sha'][:10]} against base "
-        f"{man['base']['sha'][:10]} (exit {man['exit_code']})"
+        f"Gates: {man.verdict} — head {man.head.sha[:10]} against base "
+        f"{man.base.sha[:10]} (exit {man.exit_code})"
     ]
-    for g in gates_of(man):
+    for g in man.gates:
         cell = Cell(g.status, g.matched, g.total, _gate_counts(g))
         lines.append(f"  {ICON.get(g.status, '')} {g.name}: {cell_text(g.kind, cell)}")
-    sp = speed_of(man)
+    sp = man.speed
     if sp:
         why = sp.reason or speed_chart.summary_line(sp)
         lines.append(f"  speed: {sp.status}" + (f" ({why})" if why else ""))
-    lean = lean_of(man)
+    lean = man.lean
     if lean:
         lines.append(f"  lean: {lean_counts(lean)}")
     if md_path is not None:
