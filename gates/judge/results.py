@@ -164,6 +164,6 @@ class Equality:
         return self.matched == self.total
 
 
-def gates_of(man: dict[str, Any]) -> list[GateResult]:
+def gates_of(man: JsonObject) -> list[GateResult]:
     """The typed gates of a manifest (as written by the evaluate phase, or read from JSON)."""
     return typed(man, "gates", GateResult)

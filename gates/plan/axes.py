@@ -8,7 +8,7 @@ from typing import Any
 from gates import BadInput
 
 AXES = ("model", "backend", "prompts", "kv", "parallel", "paging", "drafter", "flags")
-AXIS_DEFAULTS: dict[str, Any] = {
+AXIS_DEFAULTS: dict[str, str | int | dict[str, str]] = {
     "backend": "numpy",
     "kv": "bf16",
     "parallel": 1,

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gates import EXIT_BAD_INPUT, BadInput
+from gates.jsontypes import JsonObject
 from gates.report.accept import CELL, LABEL
 
 LIMIT = 65_536  # GitHub refuses a comment body longer than this
@@ -34,11 +35,11 @@ STATE = {0: "success", 1: "failure", 2: "error", 3: "error"}
 
 
 class Transport(Protocol):
-    def __call__(self, method: str, url: str, body: dict[str, Any] | None) -> tuple[int, Any]: ...
+    def __call__(self, method: str, url: str, body: JsonObject | None) -> tuple[int, Any]: ...
 
 
 def urllib_transport(token: str) -> Transport:
-    def send(method: str, url: str, body: dict[str, Any] | None) -> tuple[int, Any]:
+    def send(method: str, url: str, body: JsonObject | None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(url, data=data, method=method)
         req.add_header("Accept", "application/vnd.github+json")
@@ -69,7 +70,7 @@ class Context:
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> Context:
-        event: dict[str, Any] = {}
+        event: JsonObject = {}
         if env.get("GITHUB_EVENT_PATH"):
             event = json.loads(Path(env["GITHUB_EVENT_PATH"]).read_text())
         pull = event.get("pull_request") or {}
@@ -122,8 +123,8 @@ def verdict_line(receipt: str | None) -> str:
     return line if len(line) <= 140 else line[:139] + "…"
 
 
-def _pages(send: Transport, url: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def _pages(send: Transport, url: str) -> list[JsonObject]:
+    out: list[JsonObject] = []
     for page in range(1, 51):
         code, got = send("GET", f"{url}?per_page=100&page={page}", None)
         if code != 200 or not isinstance(got, list):

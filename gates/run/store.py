@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from functools import cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from gates import HARNESS_VERSION
 from gates.jsontypes import JsonObject
@@ -89,7 +88,7 @@ def nvidia_driver() -> str:
 
 
 @cache
-def machine() -> dict[str, Any]:
+def machine() -> JsonObject:
     pkgs = {}
     for name in FINGERPRINT_PACKAGES:
         try:
@@ -109,7 +108,7 @@ def machine() -> dict[str, Any]:
     }
 
 
-def fingerprint(m: dict[str, Any] | None = None) -> str:
+def fingerprint(m: JsonObject | None = None) -> str:
     m = m or machine()
     # Core count is left out: arms run single-threaded on CPU, so it does not change bits.
     keyed = {k: v for k, v in m.items() if k != "cores"}

@@ -78,8 +78,6 @@ TYPED = (
 # (module, function, parameter or "return"): what the dict is, since it is not a result
 ALLOWED = {
     # the manifest itself: JSON as written to disk; report/view.Manifest.parse reads it
-    ("gates.judge.results", "gates_of", "man"): "manifest",
-    ("gates.run.store", "fingerprint", "m"): "the machine's description, not a result",
     **{
         (m, f, p): "the run's facts (sides, machine, environments, the lean and speed JSON) "
         "as the manifest records them, beside the typed arms and gates"
@@ -91,7 +89,6 @@ ALLOWED = {
         )
     },
     ("gates.pipeline", "_side_json", "return"): "a side (ref, sha, tree) as the manifest writes it",
-    ("gates.run.speed.results", "*", "man"): "manifest",
     ("gates.report.merge", "load", "return"): "a shard manifest: JSON read from disk",
     ("gates.report.merge", "*", "docs"): "shard manifests: JSON read from disk",
     ("gates.report.merge", "check_inputs", "first"): "a shard manifest: JSON read from disk",
@@ -119,6 +116,12 @@ JSON_ALLOWED: dict[tuple[str, str, str], str] = {
     "describes it, written into the manifest as it is",
     ("gates.report.accept", "apply", "man"): "the manifest's JSON, its speed cells and "
     "acceptances marked before it is written (and parsed into a Manifest)",
+    ("gates.judge.results", "gates_of", "man"): "a manifest as read: Manifest.parse (and "
+    "bisect) read its gates once into GateResults",
+    ("gates.run.speed.results", "speed_of", "man"): "a manifest as read: Manifest.parse (and "
+    "power) read its speed section once into a SpeedRun",
+    ("gates.run.store", "fingerprint", "m"): "the machine's JSON (store.machine, as the "
+    "manifest records it), hashed",
     ("gates.run.store", "arm_key", "config"): "JSON being hashed into the key: ArmConfig.to_json "
     "and what joins it (the served client's version, the plain twin's key)",
 }

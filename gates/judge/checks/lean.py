@@ -21,7 +21,6 @@ import sys
 from collections import Counter
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
 
 import git
 
@@ -135,7 +134,7 @@ def check(repo: git.Repo, merge_base: str | None, head: refs.Side) -> Lean:
     )
 
 
-def lean_of(man: dict[str, Any]) -> Lean | None:
+def lean_of(man: JsonObject) -> Lean | None:
     """A manifest's lean section, typed (None where the run had none)."""
     d = man.get("lean")
     return Lean.from_json(d) if d else None

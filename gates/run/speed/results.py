@@ -156,7 +156,7 @@ class SpeedRun:
         return cls(**kw)
 
 
-def speed_of(man: dict[str, Any]) -> SpeedRun | None:
+def speed_of(man: JsonObject) -> SpeedRun | None:
     """A manifest's speed section, typed (it is JSON on disk, or already a SpeedRun)."""
     sp = man.get("speed")
     if sp is None or isinstance(sp, SpeedRun):

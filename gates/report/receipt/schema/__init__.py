@@ -8,18 +8,19 @@ from __future__ import annotations
 import json
 from functools import cache
 from pathlib import Path
-from typing import Any
+
+from gates.jsontypes import JsonObject
 
 VERSION = 1
 SCHEMA = f"exact-gates/receipt/{VERSION}"
 
 
 @cache
-def schema(version: int = VERSION) -> dict[str, Any]:
+def schema(version: int = VERSION) -> JsonObject:
     return json.loads((Path(__file__).parent / f"receipt-{version}.json").read_text())
 
 
-def problems(man: dict[str, Any]) -> list[str]:
+def problems(man: JsonObject) -> list[str]:
     """Where ``man`` breaks its schema: one line per problem, with the JSON path."""
     import jsonschema
 
