@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import sys
@@ -23,6 +24,7 @@ from gates.run import contract, envs, executors, refs, shard, store, validate
 from gates.run.arms import ArmRunner
 from gates.run.capabilities import Capabilities
 from gates.run.execute import GPU_BACKENDS, capabilities
+from gates.run.info import RunInfo, SideFacts
 from gates.run.results import Status
 from gates.run.speed.measure import run_speed
 from gates.run.speed.results import SpeedRun
@@ -87,7 +89,7 @@ def resolve_sides(
     and its engine's capabilities."""
     sides = {"base": refs.side(repo, "base", opts.base), "head": refs.side(repo, "head", opts.head)}
     side_envs = envs.resolve(repo, sides, backends)
-    fp = executor.run_info()["fingerprint"] if executor else store.fingerprint()
+    fp = executor.run_info().fingerprint if executor else store.fingerprint()
     caps: dict[str, tuple[Capabilities | None, str]] = {}
     for s in sides.values():
         env = side_envs[s.name]
@@ -155,10 +157,10 @@ def run(opts: Options) -> int:
             f"the result store had {len(st.corrupt)} unreadable entr"
             f"{'y' if len(st.corrupt) == 1 else 'ies'}: removed, and the arms run again"
         )
-    run_info = extras(opts, repo, inp, sides, side_envs, cache, executor)
+    info = extras(opts, repo, inp, sides, side_envs, cache, executor)
     facts = contract.backend_facts([c for c, _ in caps.values()], m.axes["backend"])
-    run_info["machine"] = {**run_info["machine"], "backends": facts}
-    run_info.update(workers=n_workers, devices=devices)
+    machine = {**info.machine, "backends": facts}
+    run_info = dataclasses.replace(info, machine=machine, workers=n_workers, devices=devices)
     if opts.shard is not None:
         path = shard.write(out_dir, opts.shard, inp, run_info, runner, arms, time.monotonic() - t0)
         print(shard.line(path, runner, arms))
@@ -175,7 +177,7 @@ def extras(
     side_envs: dict[str, envs.Env],
     cache: Path,
     executor: Any = None,
-) -> dict[str, Any]:
+) -> RunInfo:
     """What a run records beside its arms: sides, machine, environments, and the speed and
     lean sections (run once per run: by shard 1 of a sharded one)."""
     first = opts.shard is None or opts.shard[0] == 1
@@ -184,30 +186,20 @@ def extras(
         speed = _speed(inp.m, sides, inp.models, cache, opts.quiet, side_envs, executor).to_json()
     mb = refs.merge_base(repo, sides["base"].sha, sides["head"].sha)
     lean_result = lean.check(repo, mb, sides["head"]) if opts.lean and first else None
-    info = {
-        "base": _side_json(sides["base"]),
-        "head": _side_json(sides["head"]),
-        "merge_base": mb,
-        "machine": store.machine(),
-        "fingerprint": store.fingerprint(),
-        "speed": speed,
-        "lean": None if lean_result is None else lean_result.to_json(),
-        "environments": envs.to_json(side_envs),
-        "command": command_line(opts, inp.root, inp.mpath, sides["base"], sides["head"]),
-        "accepted": accept.from_trailers(repo, mb, sides["head"].sha) + accept.load(opts.accept),
-    }
-    return {**info, **executor.run_info()} if executor else info
-
-
-def _side_json(s: refs.Side) -> dict[str, Any]:
-    return {
-        "ref": s.ref,
-        "sha": s.sha,
-        "engine_tree": s.engine_tree,
-        "snapshot_of": s.snapshot_of,
-        "subject": s.subject,
-        "worktree": str(s.worktree) if s.worktree else None,
-    }
+    where = executor.run_info() if executor else None
+    return RunInfo(
+        base=SideFacts.of(sides["base"]),
+        head=SideFacts.of(sides["head"]),
+        merge_base=mb,
+        machine=where.machine if where else store.machine(),
+        fingerprint=where.fingerprint if where else store.fingerprint(),
+        speed=speed,
+        lean=None if lean_result is None else lean_result.to_json(),
+        environments=side_envs,
+        command=command_line(opts, inp.root, inp.mpath, sides["base"], sides["head"]),
+        accepted=accept.from_trailers(repo, mb, sides["head"].sha) + accept.load(opts.accept),
+        executor=where.executor if where else None,
+    )
 
 
 def _speed(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from gates import HARNESS_VERSION, BadInput
 from gates.judge.checks import equality
@@ -17,7 +16,8 @@ from gates.plan.planned import Arm
 from gates.report import accept
 from gates.report.receipt import render, schema
 from gates.report.view import Manifest
-from gates.run import validate
+from gates.run import envs, validate
+from gates.run.info import RunInfo
 from gates.run.results import ArmResult, ArmRun
 
 
@@ -34,7 +34,7 @@ def receipts_writable(out_dir: Path) -> None:
 
 def report(
     inp: Inputs,
-    run_info: dict[str, Any],
+    run_info: RunInfo,
     rows: list[ArmResult],
     results: dict[Arm, ArmRun],
     ran: int,
@@ -46,46 +46,46 @@ def report(
     arm_rows = dict(zip(the_plan.arms, rows, strict=True))
     decoders = {n: equality.make_decoder(p) for n, p in inp.models.items()}
     gates_out = evaluate(m, the_plan, results, arm_rows, inp.sets, decoders)
-    n_cached = sum(1 for r in rows if r.cached)
-    n_nc = sum(1 for r in rows if r.not_comparable)
     manifest = {
         "schema": schema.SCHEMA,
         "harness_version": HARNESS_VERSION,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "repo": str(inp.root),
-        "base": run_info["base"],
-        "head": run_info["head"],
-        "merge_base": run_info["merge_base"],
-        "machine": run_info["machine"],
-        "fingerprint": run_info["fingerprint"],
+        "base": run_info.base.to_json(),
+        "head": run_info.head.to_json(),
+        "merge_base": run_info.merge_base,
+        "machine": run_info.machine,
+        "fingerprint": run_info.fingerprint,
         "matrix": {
             "path": inp.matrix_rel,
             "name": m.name,
             "description": m.description,
             "arms": len(the_plan.arms),
-            "cached": n_cached,
+            "cached": sum(1 for r in rows if r.cached),
             "ran": ran,
-            "not_comparable": n_nc,
+            "not_comparable": sum(1 for r in rows if r.not_comparable),
             "backend": m.axes["backend"],
             "model": m.axes["model"],
             "prompts": m.axes["prompts"],
             "columns": matrix.column_axis(m),
-            "workers": run_info["workers"],
-            "devices": run_info["devices"],
+            "workers": run_info.workers,
+            "devices": run_info.devices,
         },
         "gates": [g.to_json() for g in gates_out],
-        "notes": the_plan.notes + run_info.get("notes", []),
+        "notes": the_plan.notes + run_info.notes,
         "bad_values": validate.values_run_nowhere(m, rows),
-        "speed": run_info["speed"],
-        "lean": run_info.get("lean"),
-        "environments": run_info.get("environments"),
+        "speed": run_info.speed,
+        "lean": run_info.lean,
+        "environments": None
+        if run_info.environments is None
+        else envs.to_json(run_info.environments),
         "arms": [r.to_json() for r in rows],
-        "command": run_info["command"],
+        "command": run_info.command,
         "wall_s": round(wall_s, 1),
     }
-    if "shards" in run_info:
-        manifest["shards"] = run_info["shards"]
-    accept.apply(manifest, run_info.get("accepted") or [])
+    if run_info.shards is not None:
+        manifest["shards"] = run_info.shards
+    accept.apply(manifest, run_info.accepted)
     verdict, code = render.verdict(Manifest.parse(manifest))
     manifest["verdict"], manifest["exit_code"] = verdict, code
     md_path, _ = render.write(manifest, out_dir)

@@ -9,17 +9,19 @@ evaluated over all arms, and the receipt is written as by an unsharded run.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
-from typing import Any
 
 from gates import BadInput
+from gates.jsontypes import JsonObject
 from gates.judge.kinds import KINDS
 from gates.plan import hashes
 from gates.plan.build import Arm
 from gates.plan.inputs import Inputs, load_inputs
 from gates.report import manifest
 from gates.run import refs, shard
+from gates.run.info import RunInfo
 from gates.run.results import ArmResult, ArmRun
 
 SAME = (  # what every shard of one run shares: (what, how to read it)
@@ -33,7 +35,7 @@ SAME = (  # what every shard of one run shares: (what, how to read it)
 )
 
 
-def load(path: str) -> dict[str, Any]:
+def load(path: str) -> JsonObject:
     try:
         doc = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -43,7 +45,7 @@ def load(path: str) -> dict[str, Any]:
     return doc
 
 
-def check_shards(docs: list[tuple[str, dict[str, Any]]]) -> None:
+def check_shards(docs: list[tuple[str, JsonObject]]) -> None:
     """Refuse shards of different runs, a shard given twice, and missing shards."""
     p0, first = docs[0]
     for p, d in docs[1:]:
@@ -63,7 +65,7 @@ def check_shards(docs: list[tuple[str, dict[str, Any]]]) -> None:
         raise BadInput(f"merge: shard {', '.join(missing)} missing (got {len(docs)} of {n})")
 
 
-def check_inputs(inp: Inputs, first: dict[str, Any], p0: str) -> None:
+def check_inputs(inp: Inputs, first: JsonObject, p0: str) -> None:
     if hashes.hash_file(inp.mpath) != first["matrix"]["sha256"]:
         raise BadInput(f"{inp.mpath}: not the matrix file the shards ran ({p0})")
     for k, v in first["fixtures"].items():
@@ -77,7 +79,7 @@ def check_inputs(inp: Inputs, first: dict[str, Any], p0: str) -> None:
 
 
 def gather(
-    docs: list[tuple[str, dict[str, Any]]], arms: list[Arm]
+    docs: list[tuple[str, JsonObject]], arms: list[Arm]
 ) -> tuple[list[ArmResult], dict[Arm, ArmRun]]:
     """Rows in plan order and results by arm, from all shards; every arm exactly once."""
     rows: list[ArmResult | None] = [None] * len(arms)
@@ -101,13 +103,13 @@ def gather(
     return [r for r in rows if r is not None], results
 
 
-def run_info(docs: list[tuple[str, dict[str, Any]]], plan_notes: list[str]) -> dict[str, Any]:
+def run_info(docs: list[tuple[str, JsonObject]], plan_notes: list[str]) -> RunInfo:
     """The first shard's run facts, with speed from the shard that ran it and every shard's."""
-    info = dict(docs[0][1]["run"])
-    for extra in ("speed", "lean"):  # run by shard 1 only
-        info[extra] = next((d["run"][extra] for _, d in docs if d["run"].get(extra)), None)
-    info["workers"] = sum(d["run"]["workers"] for _, d in docs)
-    info["shards"] = [
+    speed, lean = (  # run by shard 1 only
+        next((d["run"][extra] for _, d in docs if d["run"].get(extra)), None)
+        for extra in ("speed", "lean")
+    )
+    shards = [
         {
             "shard": d["shard"][0],
             "of": d["shard"][1],
@@ -126,8 +128,14 @@ def run_info(docs: list[tuple[str, dict[str, Any]]], plan_notes: list[str]) -> d
             f"the shards ran on {len(fps)} kinds of machine ({', '.join(fps)}): a comparison "
             "between arms of two shards compares machines too"
         )
-    info["notes"] = list(dict.fromkeys(notes))
-    return info
+    return dataclasses.replace(
+        RunInfo.from_json(docs[0][1]["run"]),
+        speed=speed,
+        lean=lean,
+        workers=sum(d["run"]["workers"] for _, d in docs),
+        shards=shards,
+        notes=list(dict.fromkeys(notes)),
+    )
 
 
 def main(paths: list[str], repo_path: str, out: str | None) -> int:

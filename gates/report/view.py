@@ -16,6 +16,7 @@ from gates.jsontypes import JsonObject
 from gates.judge.checks.lean import Lean, lean_of
 from gates.judge.results import GateResult, gates_of
 from gates.run.envs import Env
+from gates.run.info import SideFacts
 from gates.run.results import ArmResult, arms_of
 from gates.run.speed.results import SpeedRun, speed_of
 
@@ -39,18 +40,6 @@ def _fields(cls: type[T], d: Mapping[str, Any]) -> T:
     """A flat dataclass from the keys of ``d`` it names (the others are left)."""
     names = {f.name for f in dataclasses.fields(cls)}
     return cls(**{k: v for k, v in d.items() if k in names})
-
-
-@dataclass(frozen=True)
-class Side:
-    """A commit the run compared (``base`` or ``head``), as the manifest records it."""
-
-    sha: str = ""
-    ref: str | None = None
-    engine_tree: str | None = None
-    snapshot_of: str | None = None
-    subject: str | None = None
-    worktree: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,8 +83,8 @@ class Manifest:
     """A run's manifest, typed: sides, machine and run facts, arms, gates, speed, lean,
     environments, acceptances and the verdict (None before the report phase sets it)."""
 
-    base: Side
-    head: Side
+    base: SideFacts
+    head: SideFacts
     matrix: MatrixFacts
     machine: Machine = field(default_factory=Machine)
     merge_base: str | None = None
@@ -122,8 +111,8 @@ class Manifest:
         wall = d.get("wall_s")
         code = d.get("exit_code")
         return cls(
-            base=_fields(Side, _obj(d.get("base"))),
-            head=_fields(Side, _obj(d.get("head"))),
+            base=SideFacts.from_json(dict(_obj(d.get("base")))),
+            head=SideFacts.from_json(dict(_obj(d.get("head")))),
             matrix=MatrixFacts(
                 name=str(mx.get("name", "")),
                 path=str(mx.get("path", "")),

@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
-from typing import Any
 
 from gates import HARNESS_VERSION
 from gates.plan import hashes
@@ -21,6 +20,7 @@ from gates.plan.build import Arm
 from gates.plan.inputs import Inputs
 from gates.run import store
 from gates.run.arms import ArmRunner, truth_of
+from gates.run.info import RunInfo
 
 KIND = "gates-shard"
 
@@ -52,9 +52,9 @@ def select(arms: list[Arm], i: int, n: int) -> list[Arm]:
     return [a for a in arms if index[a] % n == i - 1]
 
 
-def file_name(run_info: dict[str, Any], matrix_name: str, i: int, n: int) -> str:
+def file_name(run_info: RunInfo, matrix_name: str, i: int, n: int) -> str:
     name = "".join(c if c.isalnum() or c in "-_" else "-" for c in matrix_name)
-    base, head = run_info["base"]["sha"][:10], run_info["head"]["sha"][:10]
+    base, head = run_info.base.sha[:10], run_info.head.sha[:10]
     return f"{base}..{head}.{name}.shard-{i}-of-{n}.json"
 
 
@@ -62,7 +62,7 @@ def write(
     out_dir: Path,
     part: tuple[int, int],
     inp: Inputs,
-    run_info: dict[str, Any],
+    run_info: RunInfo,
     runner: ArmRunner,
     arms: list[Arm],
     wall_s: float,
@@ -82,7 +82,7 @@ def write(
             "arms": len(inp.the_plan.arms),
         },
         "fixtures": inp.fixtures,
-        "run": run_info,
+        "run": run_info.to_json(),
         "notes": inp.the_plan.notes,
         "ran": runner.ran,
         "wall_s": round(wall_s, 1),

@@ -10,6 +10,7 @@ import pytest
 from conftest import arm_config, git, run_gates
 from gates.__main__ import main
 from gates.plan.build import Arm
+from gates.run.info import RunInfo
 from gates.run.shard import group_index, select
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,6 +79,9 @@ def test_two_shards_merged_equal_one_unsharded_run(stub_repo, tmp_path):
     assert [a["id"] for a in merged["arms"]] == [a["id"] for a in whole["arms"]]
     assert [s["shard"] for s in merged["shards"]] == [1, 2]
     assert merged["matrix"]["ran"] == sum(s["ran"] for s in shards)
+    run = shards[0]["run"]  # the run's facts read back as written (RunInfo), sides and all
+    assert json.dumps(RunInfo.from_json(run).to_json()) == json.dumps(run)
+    assert (merged["base"], merged["head"]) == (run["base"], run["head"])
 
 
 def test_merge_refuses_missing_twice_and_foreign_shards(stub_repo, tmp_path, capsys):

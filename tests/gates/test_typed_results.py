@@ -73,26 +73,13 @@ TYPED = (
     "gates.report.receipt.headline",
     "gates.report.receipt.counts",
     "gates.report.accept",
+    "gates.run.info",
 )
 
 # (module, function, parameter or "return"): what the dict is, since it is not a result
-ALLOWED = {
-    # the manifest itself: JSON as written to disk; report/view.Manifest.parse reads it
-    **{
-        (m, f, p): "the run's facts (sides, machine, environments, the lean and speed JSON) "
-        "as the manifest records them, beside the typed arms and gates"
-        for m, f, p in (
-            ("gates.report.manifest", "report", "run_info"),
-            ("gates.pipeline", "extras", "return"),
-            ("gates.run.shard", "*", "run_info"),
-            ("gates.report.merge", "run_info", "return"),
-        )
-    },
-    ("gates.pipeline", "_side_json", "return"): "a side (ref, sha, tree) as the manifest writes it",
-    ("gates.report.merge", "load", "return"): "a shard manifest: JSON read from disk",
-    ("gates.report.merge", "*", "docs"): "shard manifests: JSON read from disk",
-    ("gates.report.merge", "check_inputs", "first"): "a shard manifest: JSON read from disk",
-}
+# none left: the manifest is read through report/view.Manifest.parse, the run's facts are a
+# RunInfo (gates/run/info.py), and JSON read or written says JsonObject (JSON_ALLOWED below)
+ALLOWED: dict[tuple[str, str, str], str] = {}
 
 DICT = dict[str, Any]
 # JsonObject (gates/jsontypes.py) marks JSON at the edge where it is read or written: only
@@ -122,6 +109,14 @@ JSON_ALLOWED: dict[tuple[str, str, str], str] = {
     "power) read its speed section once into a SpeedRun",
     ("gates.run.store", "fingerprint", "m"): "the machine's JSON (store.machine, as the "
     "manifest records it), hashed",
+    **{
+        ("gates.run.info", "__init__", p): "JSON a run records as it was written (a node's "
+        "machine, the executor's record, the speed and lean sections' to_json, the shards' "
+        "records): a shard manifest or the manifest writes it as it is"
+        for p in ("machine", "executor", "speed", "lean", "shards")
+    },
+    ("gates.report.merge", "*", "docs"): "shard manifests: JSON read from disk (merge.load)",
+    ("gates.report.merge", "check_inputs", "first"): "a shard manifest: JSON read from disk",
     ("gates.run.store", "arm_key", "config"): "JSON being hashed into the key: ArmConfig.to_json "
     "and what joins it (the served client's version, the plain twin's key)",
 }

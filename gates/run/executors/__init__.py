@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from gates.run import envs, refs
     from gates.run.capabilities import Capabilities
     from gates.run.execute import ArmJob, Progress
+    from gates.run.info import ExecutorFacts
     from gates.run.results import ArmRun
     from gates.run.speed.results import SpeedRun
     from gates.run.store import Store
@@ -61,7 +62,7 @@ class Executor(Protocol):
         """The speed part of the run, on one worker (both sides on one machine)."""
         ...
 
-    def run_info(self) -> dict[str, Any]:
+    def run_info(self) -> ExecutorFacts:
         """What the receipt records about where the arms ran (machine, fingerprint, notes)."""
         ...
 

@@ -49,6 +49,7 @@ from gates.run.arms import truth_of
 from gates.run.capabilities import Capabilities
 from gates.run.execute import GPU_BACKENDS, ArmJob, Progress, stored_run
 from gates.run.executors import ship, worker
+from gates.run.info import ExecutorFacts
 from gates.run.results import ArmRun, Status
 from gates.run.speed.results import SpeedRun
 from gates.run.store import Store
@@ -221,8 +222,9 @@ class RayExecutor:
     def fingerprint(self, arm: Arm) -> str:
         return self._kind(arm.config)[1].fp
 
-    def _options(self, gpu: bool, kind: Kind) -> dict[str, Any]:
-        opts: dict[str, Any] = {"num_cpus": 1, "num_gpus": 1 if gpu else 0}
+    def _options(self, gpu: bool, kind: Kind) -> dict[str, object]:
+        """Ray's options for a task (``.options(**opts)``): CPUs, GPUs, the node pinned."""
+        opts: dict[str, object] = {"num_cpus": 1, "num_gpus": 1 if gpu else 0}
         if len(self.kinds[gpu]) > 1:  # pin to a node of the arm's kind, still alive, in turn
             alive = {n["NodeID"] for n in _alive()}
             nodes = [n for n in kind.nodes if n in alive] or kind.nodes
@@ -319,7 +321,7 @@ class RayExecutor:
         except ray.exceptions.RayError as e:
             return SpeedRun(Status.COULD_NOT_RUN, f"on Ray: {_why(e)}", spec=spec)
 
-    def run_info(self) -> dict[str, Any]:
+    def run_info(self) -> ExecutorFacts:
         """The receipt's machine: the kind the arms ran on, and where that is."""
         ks = self.kinds[self.gpu]
         hosts = sorted({h for k in ks for h in k.hosts})
@@ -331,7 +333,7 @@ class RayExecutor:
             where += "the largest kind)"
         if self.lost:
             where += f"; {len(self.lost)} arm(s) retried after a lost worker"
-        info = {
+        info: JsonObject = {
             "kind": "ray",
             "address": self.address,
             "hosts": hosts,
@@ -339,4 +341,4 @@ class RayExecutor:
             "retried": list(self.lost),
         }
         machine = {**ks[0].machine, "executor": where}
-        return {"machine": machine, "fingerprint": ks[0].fp, "executor": info}
+        return ExecutorFacts(machine, ks[0].fp, info)
