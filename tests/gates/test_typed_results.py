@@ -97,8 +97,6 @@ JSON_ALLOWED: dict[tuple[str, str, str], str] = {
     "it, checked where _streamed reads it",
     ("gates.power.run", "failed_gates", "manifest"): "a manifest read from disk, its gates "
     "and speed read through gates_of and speed_of",
-    ("gates.run.envs", "describe", "envs"): "the manifest's environments, as the receipt reads "
-    "them",
     ("gates.run.executors.worker", "__init__", "machine"): "a node's machine as store.machine "
     "describes it, written into the manifest as it is",
     ("gates.report.accept", "apply", "man"): "the manifest's JSON, its speed cells and "
