@@ -156,11 +156,15 @@ EQUIVALENT: dict[str, str] = {
     "gates.plan.hashes.x_hash_file__mutmut_15": "2 MiB chunks: the same sha256",
     "gates.plan.hashes.x_hash_file__mutmut_16": "2 MiB chunks: the same sha256",
     "gates.run.store.x_write_atomic__mutmut_17": "umask(1) is undone before any file is made",
-    "gates.run.store.xǁStoreǁget__mutmut_6": '"" is not a dict either: the same miss',
-    "gates.run.store.xǁStoreǁput__mutmut_12": "the temporary's suffix is read by nothing",
-    "gates.run.store.xǁStoreǁput__mutmut_15": "the temporary's suffix is read by nothing",
-    "gates.run.store.xǁStoreǁput__mutmut_18": "the temporary's suffix is read by nothing",
-    "gates.run.store.xǁStoreǁput__mutmut_19": "the temporary's suffix is read by nothing",
+    "gates.run.store.x_write_atomic__mutmut_30": "on a failed write the temporary exists: only "
+    "os.replace, the last step, takes it away",
+    "gates.run.store.x_write_atomic__mutmut_32": "on a failed write the temporary exists: only "
+    "os.replace, the last step, takes it away",
+    "gates.run.store.xǁStoreǁread__mutmut_6": '"" is not a dict either: the same miss',
+    "gates.run.store.xǁStoreǁwrite__mutmut_12": "the temporary's suffix is read by nothing",
+    "gates.run.store.xǁStoreǁwrite__mutmut_15": "the temporary's suffix is read by nothing",
+    "gates.run.store.xǁStoreǁwrite__mutmut_18": "the temporary's suffix is read by nothing",
+    "gates.run.store.xǁStoreǁwrite__mutmut_19": "the temporary's suffix is read by nothing",
 }
 
 KILLED = {1, 3}
