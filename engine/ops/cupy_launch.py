@@ -76,18 +76,11 @@ def _dims(d: tuple[int, ...]) -> Any:
 
 class PdlKernel:
     """A RawKernel's call, `(grid, block, args, shared_mem=)`, launched with the PDL
-    attribute through cuLaunchKernelEx on the current stream."""
+    attribute through cuLaunchKernelEx on the current stream. Attributes set on the
+    RawKernel (its dynamic shared memory) hold: the launch takes its function handle."""
 
     def __init__(self, fn: Any) -> None:
         self.fn = fn
-
-    @property
-    def max_dynamic_shared_size_bytes(self) -> int:
-        return int(self.fn.max_dynamic_shared_size_bytes)
-
-    @max_dynamic_shared_size_bytes.setter
-    def max_dynamic_shared_size_bytes(self, n: int) -> None:
-        self.fn.max_dynamic_shared_size_bytes = n
 
     def __call__(
         self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...], **kw: int
