@@ -17,6 +17,7 @@ import numpy as np
 
 from engine.draft.lifecycle import LaneDrafter, attend_lanes
 from engine.errors import InputError
+from engine.model.graph_shape import padded_rows, step_rows
 from engine.model.qwen3 import build_layer, decoder_layer
 
 
@@ -25,8 +26,25 @@ class MtpState:
     area: tuple[Any, int]  # (lane memory, lane)
     next_pos: int = 0  # first position without an MTP row from the target's real state
     pending: np.ndarray | None = None  # target hidden at next_pos, its next token unknown
-    logits: np.ndarray | None = None  # MTP logits of the newest real row
-    y: np.ndarray | None = None  # MTP output of the newest real row
+    draft: int | None = None  # the MTP's greedy token after the newest real row
+    y: Any = None  # MTP output of the newest real row [1, H]
+
+
+@dataclass(frozen=True)
+class MtpWeights:
+    """What an MTP pass reads besides its inputs and the lane memory (never the drafter: a
+    captured pass must not hold the lanes it is keyed by, cupy_graph.py)."""
+
+    model: Any
+    layer: Any
+    fc: Any
+    norm_e: Any
+    norm_h: Any
+    norm: Any
+
+
+Item = tuple[MtpState, int, Any, list[int]]  # (state, first position, hidden rows, tokens)
+Active = tuple[Any, MtpState]  # (stream, its state)
 
 
 class MtpDrafter(LaneDrafter):
@@ -43,11 +61,14 @@ class MtpDrafter(LaneDrafter):
         if missing:
             raise InputError(f"--drafter mtp: the checkpoint has no '{missing[0]}' (no MTP head)")
         self.model = model
-        self.layer = build_layer(cfg, t, "mtp.layers.0.", ops)
-        self.fc = ops.prepare_linear(t["mtp.fc.weight"])
-        self.norm_e = ops.asarray(t["mtp.pre_fc_norm_embedding.weight"])
-        self.norm_h = ops.asarray(t["mtp.pre_fc_norm_hidden.weight"])
-        self.norm = ops.asarray(t["mtp.norm.weight"])
+        self.w = MtpWeights(
+            model=model,
+            layer=build_layer(cfg, t, "mtp.layers.0.", ops),
+            fc=ops.prepare_linear(t["mtp.fc.weight"]),
+            norm_e=ops.asarray(t["mtp.pre_fc_norm_embedding.weight"]),
+            norm_h=ops.asarray(t["mtp.pre_fc_norm_hidden.weight"]),
+            norm=ops.asarray(t["mtp.norm.weight"]),
+        )
         self.taps = (cfg.num_layers - 1,)
         self.rows = 0
 
@@ -72,20 +93,17 @@ class MtpDrafter(LaneDrafter):
         lanes.zero(lane, stream.fed)
         return MtpState(area=area, next_pos=stream.fed)
 
-    def _rows(self, st: MtpState, start: int, hidden: np.ndarray, tokens: list[int]) -> Any:
-        """MTP rows at positions start.. from target (or chained) states; returns outputs y."""
-        return self._rows_many([(st, start, hidden, tokens)])
-
-    def _rows_many(self, items: list[tuple[MtpState, int, Any, list[int]]]) -> Any:
-        """Rows of several streams in one batch; outputs y of all rows, in item order."""
-        m, ops = self.model, self.model.ops
-        eps = m.config.rms_norm_eps
+    def _pass(self, items: list[Item]) -> tuple[list[Any], list[int]]:
+        """MTP rows at positions start.. of each item from target (or chained) states, in
+        one batch: per item, the output y [1, H] of its last row and the greedy token after
+        it. Through the backend's captured graphs where it has them (the same bits)."""
+        fixed = self._pass_graph(items)
+        if fixed is not None:
+            return fixed
+        ops = self.model.ops
         tokens = [t for _, _, _, toks in items for t in toks]
         pos = np.concatenate([np.arange(start, start + len(t)) for _, start, _, t in items])
         hidden = ops.concat_rows([ops.asarray(h) for _, _, h, _ in items])
-        e = ops.rms_norm(ops.embed(m.embed, np.asarray(tokens)), self.norm_e, eps)
-        g = ops.rms_norm(hidden, self.norm_h, eps)
-        x = ops.linear(ops.concat_cols([e, g]), self.fc)
 
         def attend(q: Any, k: Any, v: Any) -> Any:
             asks, a = [], 0
@@ -97,8 +115,49 @@ class MtpDrafter(LaneDrafter):
                 a = z
             return ops.concat_rows(attend_lanes(0, asks))
 
+        m = self.model
         cos, sin = ops.asarray(m.cos[pos]), ops.asarray(m.sin[pos])
-        return decoder_layer(m.config, ops, self.layer, x, cos, sin, attend)
+        dev = {"ids": np.asarray(tokens), "hidden": hidden, "cos": cos, "sin": sin}
+        y = _rows(self.w, dev, attend)
+        last = ops.take_rows(y, np.cumsum([len(toks) for *_, toks in items]) - 1)
+        logits = ops.to_numpy(_logits(self.w, last))
+        ys = [ops.take_rows(last, np.asarray([j])) for j in range(len(items))]
+        return ys, [int(np.argmax(row)) for row in logits]
+
+    def _pass_graph(self, items: list[Item]) -> tuple[list[Any], list[int]] | None:
+        """`_pass` as one fixed-shape step through `ops.run_graph`, or None where the backend
+        or the lane memory takes none (every item must be in this drafter's lanes)."""
+        ops, lanes = self.model.ops, self.lanes
+        total = sum(len(toks) for *_, toks in items)
+        rows = step_rows(total, ops.row_tile, ops.graph_rows)
+        if rows is None or not self._in_graph([(None, st) for st, *_ in items]):
+            return None
+        placed = lanes.fixed_rows([(st.area[1], start, len(t)) for st, start, _, t in items], rows)
+        if placed is None:
+            return None
+        pos = np.zeros(rows, dtype=np.int64)
+        ids = np.zeros(rows, dtype=np.int64)
+        hidden = np.zeros((rows, self.model.config.hidden_size), dtype=np.float32)
+        ends, a = [], 0
+        for _, start, h, toks in items:
+            z = a + len(toks)
+            pos[a:z], ids[a:z], hidden[a:z] = np.arange(start, start + len(toks)), toks, h
+            ends.append(z - 1)
+            a = z
+        m = self.model
+        need = padded_rows(np.asarray(ends, dtype=np.int64), ops.row_tile)
+        inputs = {"ids": ids, "hidden": hidden, "cos": m.cos[pos], "sin": m.sin[pos], "need": need}
+        inputs.update(placed)
+        key = ("mtp", rows, len(inputs["need"]))
+        w = self.w
+        got = np.arange(len(items))
+        out = ops.run_graph(lanes, key, inputs, lambda own, dev: _fixed_pass(w, own, dev), got)
+        if out is None:
+            return None
+        logits, last = out
+        picks = getattr(logits, "greedy", None)
+        drafts = picks()[0] if picks is not None else np.argmax(np.asarray(logits), axis=-1)
+        return [last[j : j + 1] for j in range(len(items))], [int(t) for t in drafts]
 
     def _catch_up(self, stream: Any, st: MtpState, start: int, hidden: np.ndarray) -> None:
         self._catch_up_many([(stream, st, start, hidden)])
@@ -122,19 +181,9 @@ class MtpDrafter(LaneDrafter):
             st.pending = rows[take] if take < len(rows) else None
         if not work:
             return
-        ops = self.model.ops
-        y = self._rows_many(work)
-        ends = np.cumsum([len(tokens) for *_, tokens in work]) - 1
-        last = ops.take_rows(y, ends)
-        logits = self._logits_rows(last)
-        for j, (st, *_) in enumerate(work):
-            st.y = ops.take_rows(last, np.asarray([j]))
-            st.logits = logits[j]
-
-    def _logits_rows(self, y: Any) -> np.ndarray:
-        ops = self.model.ops
-        normed = ops.rms_norm(y, self.norm, self.model.config.rms_norm_eps)
-        return ops.to_numpy(ops.linear(normed, self.model.lm_head))
+        ys, drafts = self._pass(work)
+        for (st, *_), y, d in zip(work, ys, drafts, strict=True):
+            st.y, st.draft = y, d
 
     def absorb_prompt(self, stream: Any, segment: Any, out: Any) -> None:
         st = self.states.get(stream.sid)
@@ -164,18 +213,109 @@ class MtpDrafter(LaneDrafter):
         active = []
         for s in streams:
             st = self.states.get(s.sid)
-            if st is not None and st.logits is not None and st.next_pos == s.fed:
+            if st is not None and st.draft is not None and st.next_pos == s.fed:
                 active.append((s, st))
-        drafts = {s.sid: [int(np.argmax(st.logits))] for s, st in active}
+        drafts = {s.sid: [st.draft] for s, st in active}
+        chained = self._chain_graph(active, k - 1) if active and k > 1 else None
+        if chained is not None:
+            for (s, _), more in zip(active, chained, strict=True):
+                drafts[s.sid].extend(more)
+            return [drafts.get(s.sid, []) for s in streams]
         ys = [st.y for _, st in active]
         for i in range(1, k if active else 0):
             items = [
                 (st, s.fed + i - 1, ops.to_numpy(y), [drafts[s.sid][-1]])
                 for (s, st), y in zip(active, ys, strict=True)
             ]
-            y_all = self._rows_many(items)
-            logits = self._logits_rows(y_all)
-            ys = [ops.take_rows(y_all, np.asarray([j])) for j in range(len(active))]
-            for j, (s, _) in enumerate(active):
-                drafts[s.sid].append(int(np.argmax(logits[j])))
+            ys, picks = self._pass(items)
+            for (s, _), tok in zip(active, picks, strict=True):
+                drafts[s.sid].append(tok)
         return [drafts.get(s.sid, []) for s in streams]
+
+    def _chain_graph(
+        self, active: list[tuple[Any, MtpState]], steps: int
+    ) -> list[list[int]] | None:
+        """The chained draft positions 1..steps of every active stream as one captured graph:
+        each position's greedy tokens are picked on the device and embedded for the next, so
+        a proposal costs one launch, not one pass a position. The eager chain's bits (each
+        position is `_pass` of one row a stream); None where the backend takes no graph."""
+        ops, lanes, m = self.model.ops, self.lanes, self.model
+        rows = step_rows(len(active), ops.row_tile, ops.graph_rows)
+        if rows is None or not hasattr(ops, "greedy_ids") or not self._in_graph(active):
+            return None
+        ids = np.zeros(rows, dtype=np.int64)
+        hidden = np.zeros((rows, m.config.hidden_size), dtype=np.float32)
+        for j, (_, st) in enumerate(active):
+            ids[j], hidden[j] = st.draft, ops.to_numpy(st.y)[0]
+        inputs = {"ids": ids, "hidden": hidden}
+        for i in range(steps):
+            pos = np.zeros(rows, dtype=np.int64)
+            pos[: len(active)] = [s.fed + i for s, _ in active]
+            placed = lanes.fixed_rows([(st.area[1], s.fed + i, 1) for s, st in active], rows)
+            if placed is None:
+                return None
+            inputs.update({f"{name}.{i}": a for name, a in placed.items()})
+            inputs.update({f"cos.{i}": m.cos[pos], f"sin.{i}": m.sin[pos]})
+        w, names = self.w, tuple(placed)
+        got = np.arange(len(active))
+
+        def body(own: Any, dev: dict[str, Any]) -> tuple[Any, ...]:
+            return _fixed_chain(w, own, dev, steps, names)
+
+        out = ops.run_graph(lanes, ("mtp-chain", rows, steps), inputs, body, got)
+        if out is None:
+            return None
+        return [[int(col[j]) for col in out] for j in range(len(active))]
+
+    def _in_graph(self, states: list[Active]) -> bool:
+        """Whether a pass over these streams can be a captured graph: their MTP rows are in
+        this drafter's lanes, which place fixed-shape steps, and the layer is one the
+        backend's graphs take."""
+        moe = self.w.layer.moe
+        if moe is not None and not self.model.ops.moe_in_graph(moe):
+            return False
+        lanes = self.lanes
+        return hasattr(lanes, "fixed_rows") and all(st.area[0] is lanes for _, st in states)
+
+
+def _rows(w: MtpWeights, dev: dict[str, Any], attend: Any) -> Any:
+    """The MTP layer's outputs y of rows dev["ids"] (tokens) over dev["hidden"] (states)."""
+    m, ops = w.model, w.model.ops
+    eps = m.config.rms_norm_eps
+    e = ops.rms_norm(ops.embed(m.embed, dev["ids"]), w.norm_e, eps)
+    g = ops.rms_norm(dev["hidden"], w.norm_h, eps)
+    x = ops.linear(ops.concat_cols([e, g]), w.fc)
+    return decoder_layer(m.config, ops, w.layer, x, dev["cos"], dev["sin"], attend)
+
+
+def _logits(w: MtpWeights, y: Any) -> Any:
+    ops = w.model.ops
+    return ops.linear(ops.rms_norm(y, w.norm, w.model.config.rms_norm_eps), w.model.lm_head)
+
+
+def _fixed_pass(w: MtpWeights, lanes: Any, dev: dict[str, Any]) -> tuple[Any, Any]:
+    """A pass over rows placed by `lanes.fixed_rows` (a captured graph's body): the logits and
+    outputs of the rows dev["need"]."""
+    y = _rows(w, dev, lambda q, k, v: lanes.store_attend_fixed(0, dev, q, k, v))
+    last = y[dev["need"]]
+    return _logits(w, last), last
+
+
+def _fixed_chain(
+    w: MtpWeights, lanes: Any, dev: dict[str, Any], steps: int, names: tuple[str, ...]
+) -> tuple[Any, ...]:
+    """Chained one-row passes (a captured graph's body): pass i reads the previous pass's
+    outputs and greedy tokens, its rows placed by dev[name.i]; the tokens of every pass."""
+    ops = w.model.ops
+    ids, hidden, picked = dev["ids"], dev["hidden"], []
+    for i in range(steps):
+        placed = {name: dev[f"{name}.{i}"] for name in names}
+        d = {"ids": ids, "hidden": hidden, "cos": dev[f"cos.{i}"], "sin": dev[f"sin.{i}"]}
+
+        def attend(q: Any, k: Any, v: Any, placed: dict[str, Any] = placed) -> Any:
+            return lanes.store_attend_fixed(0, placed, q, k, v)
+
+        hidden = _rows(w, d, attend)
+        ids = ops.greedy_ids(_logits(w, hidden))
+        picked.append(ids)
+    return tuple(picked)

@@ -165,18 +165,10 @@ class CupyKV:
     def store_kv(self, layer: int, k: Any, v: Any, slots: Any) -> None:
         """`store` of k and of v [n, Hkv, D] into `slots` of `layer`, in one launch (the
         same bytes as two)."""
-        k, v = _rows_apart(k), _rows_apart(v)
-        n, hkv, d = k.shape
-        if n == 0:
-            return
-        ke = self.k_exp[layer] if self.k_exp else slots  # unread unless fp8
-        ve = self.v_exp[layer] if self.v_exp else slots
-        args = (
-            k, np.int64(k.strides[0] // 4), self.k[layer], ke,
-            v, np.int64(v.strides[0] // 4), self.v[layer], ve,
-            slots, np.int32(KINDS[self.kind]), np.int32(hkv),
-        )  # fmt: skip
-        self.ops.k["kv_store2"]((n, 2 * hkv), (d,), args, shared_mem=d * 4)
+        ke = self.k_exp[layer] if self.k_exp else None
+        ve = self.v_exp[layer] if self.v_exp else None
+        kdst, vdst = (self.k[layer], ke), (self.v[layer], ve)
+        store_rows(self.ops, k, v, kdst, vdst, slots, self.kind)
 
     def store(self, x: Any, slots: Any, codes: Any, exps: Any) -> None:
         """Encode rows x [n, Hkv, D] into `slots` of `codes` (and `exps` for fp8)."""
@@ -187,6 +179,27 @@ class CupyKV:
         args = (x, slots, codes, exps if exps is not None else slots, np.int32(KINDS[self.kind]))
         tail = (np.int32(hkv), np.int64(x.strides[0] // 4))
         self.ops.k["kv_store"]((n, hkv), (d,), (*args, *tail), shared_mem=d * 4)
+
+
+def store_rows(
+    ops: Any, k: Any, v: Any, kdst: tuple[Any, Any], vdst: tuple[Any, Any], slots: Any, kind: str
+) -> None:
+    """Encode k and v [n, Hkv, D] into `slots` of (codes, exponents or None) kdst and vdst, in
+    one launch: the bytes of `store` of each."""
+    k, v = _rows_apart(k), _rows_apart(v)
+    n, hkv, d = k.shape
+    if n == 0:
+        return
+    args = (
+        k, np.int64(k.strides[0] // 4), kdst[0], _or(kdst[1], slots),  # exponents: fp8 only
+        v, np.int64(v.strides[0] // 4), vdst[0], _or(vdst[1], slots),
+        slots, np.int32(KINDS[kind]), np.int32(hkv),
+    )  # fmt: skip
+    ops.k["kv_store2"]((n, 2 * hkv), (d,), args, shared_mem=d * 4)
+
+
+def _or(a: Any, b: Any) -> Any:
+    return a if a is not None else b
 
 
 def _rows_apart(x: Any) -> Any:

@@ -3,7 +3,9 @@
 Each layer holds [lanes * rows, Hkv, D] float32: lane l's position p is slot l * rows + p,
 read by the same attention kernel as the KV pages (one "page" of `rows` rows per lane, kind
 f32). Rows past a query's position are never read, so a lane needs no clearing between
-streams: only rows a stream reads before writing them (see `zero`) must be set."""
+streams: only rows a stream reads before writing them (see `zero`) must be set. One lane
+more than asked is the scratch lane: the padding rows of a fixed-shape step (`fixed_rows`)
+write and read only there."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
+from engine.ops.cupy_kv import store_rows
+
 
 class CupyLanes:
     def __init__(
@@ -19,7 +23,8 @@ class CupyLanes:
     ) -> None:
         self.ops = ops
         self.rows = max(1, rows)
-        shape = (lanes * self.rows, kv_heads, head_dim)
+        self.scratch = lanes
+        shape = ((lanes + 1) * self.rows, kv_heads, head_dim)
         self.k = [cp.zeros(shape, dtype=cp.float32) for _ in range(layers)]
         self.v = [cp.zeros(shape, dtype=cp.float32) for _ in range(layers)]
 
@@ -74,3 +79,33 @@ class CupyLanes:
         out = self.ops.attend("f32", q, self.k[layer], self.v[layer], None, None, meta)
         bounds = np.cumsum([0, *counts])
         return [out[a:z] for a, z in zip(bounds[:-1], bounds[1:], strict=True)]
+
+    def fixed_rows(
+        self, items: list[tuple[int, int, int]], rows: int
+    ) -> dict[str, np.ndarray] | None:
+        """Host arrays that place (lane, start, count) items in a step of exactly `rows` rows
+        for `store_attend_fixed`: each row's slot, its lane as its one page, and its last
+        visible position (its own: causal); padding rows go to the scratch lane. None where
+        the items do not fit."""
+        slots = np.full(rows, self.scratch * self.rows, dtype=np.int64)
+        ptab = np.full(rows, self.scratch, dtype=np.int32)
+        last = np.zeros(rows, dtype=np.int32)
+        i = 0
+        for lane, start, n in items:
+            if not 0 <= lane < self.scratch or start < 0 or start + n > self.rows or i + n > rows:
+                return None
+            pos = start + np.arange(n)
+            slots[i : i + n] = lane * self.rows + pos
+            ptab[i : i + n] = lane
+            last[i : i + n] = pos
+            i += n
+        poff = np.arange(rows, dtype=np.int32)
+        return {"lane_slots": slots, "lane_ptab": ptab, "lane_poff": poff, "lane_last": last}
+
+    def store_attend_fixed(self, layer: int, placed: dict[str, Any], q: Any, k: Any, v: Any) -> Any:
+        """`put` of the placed rows' k, v [rows, Hkv, D], then their attention (as
+        `attend_many` gives it), for rows placed by `fixed_rows` (its arrays on the device)."""
+        kdst, vdst = (self.k[layer], None), (self.v[layer], None)
+        store_rows(self.ops, k, v, kdst, vdst, placed["lane_slots"], "f32")
+        meta = (placed["lane_ptab"], placed["lane_poff"], placed["lane_last"], self.rows)
+        return self.ops.attend("f32", q, self.k[layer], self.v[layer], None, None, meta)

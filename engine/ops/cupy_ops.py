@@ -27,7 +27,7 @@ import ml_dtypes
 import numpy as np
 
 from engine.errors import EngineFailure
-from engine.ops import cupy_attention, cupy_gemm, cupy_moe
+from engine.ops import cupy_attention, cupy_gemm, cupy_moe, cupy_rows
 from engine.ops.cupy_attention import ATTEND_HEAD_DIMS
 from engine.ops.cupy_blas import Cublas
 from engine.ops.cupy_graph import Body, StepGraph, StepGraphs
@@ -295,6 +295,11 @@ class CupyOps:
 
     def add(self, a: Any, b: Any) -> Any:
         return a + b
+
+    def greedy_ids(self, x: Any) -> Any:
+        """Each row's greedy token (int64 on the device; np.argmax's rule: cupy_rows.py), for
+        graph bodies that feed it to the next embed."""
+        return cupy_rows.greedy_ids(x)
 
     def expert_linear(self, x: Any, w: CupyWeight) -> Any:
         """A warp per output and row (cupy_moe.py), the dot product the fused MoE kernels

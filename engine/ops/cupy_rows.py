@@ -123,6 +123,17 @@ def scan_device(x: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return low.astype(np.int64), high.view(np.float32), words[:, 0].copy()
 
 
+def greedy_ids(x: Any) -> Any:
+    """The argmax id (int64 [k], on the device) of each row of a device float32 [k, V], by
+    `greedy_device`'s rule; nothing comes back to the host, so a captured graph can take it."""
+    x = cp.ascontiguousarray(x, dtype=cp.float32)
+    k, cols = x.shape
+    out = cp.empty((k, 2), dtype=cp.uint64)
+    if k:
+        _kernel("scan_rows")((k,), (GREEDY_THREADS,), (x, np.int64(cols), out))
+    return (out[:, 1] & np.uint64(0xFFFFFFFF)).astype(cp.int64)
+
+
 def greedy_device(x: Any) -> tuple[np.ndarray, np.ndarray]:
     """(argmax ids int64 [k], margins float32 [k]) of the rows of a device float32 [k, V]."""
     ids, margins, _ = scan_device(x)

@@ -58,7 +58,7 @@ def assert_solo(model: Any, got: dict[str, Result], reqs: list[Request], kv: str
 
 def test_the_model_is_sparse_with_an_moe_mtp_layer(model: Any) -> None:
     assert [layer.moe is not None for layer in model.layers] == [True, False, True, True]
-    assert MtpDrafter(model).layer.moe is not None
+    assert MtpDrafter(model).w.layer.moe is not None
 
 
 @pytest.mark.parametrize("parallel", [4, 8])

@@ -1,0 +1,89 @@
+"""The MTP drafter's passes as captured graphs on cupy (engine/draft/mtp.py `_pass_graph` and
+the chained proposal `_chain_graph`, engine/ops/cupy_lanes.py `fixed_rows`): the same drafts,
+accepted counts and replies as its eager passes, and the lane rows they leave are the same
+bytes (marked `gpu`; skipped where cupy cannot run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.ops import cupy_problem
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(cupy_problem() is not None, reason=f"cupy backend: {cupy_problem()}"),
+]
+
+MODELS = Path(__file__).parents[2] / "fixtures" / "models"
+PROMPTS = ["Return the", "If the file does not exist,", "Create a new", "The name of the"]
+
+
+def _run(model, graphs: bool, parallel: int, kv: str, k: int):  # type: ignore[no-untyped-def]
+    from engine.config import EngineConfig
+    from engine.draft.mtp import MtpDrafter
+    from engine.lanes.engine import Engine
+    from engine.lanes.request import Request
+    from engine.model.tokenizer import Tokenizer
+
+    model.ops.graphs = graphs
+    tok = Tokenizer(MODELS / "tiny-qwen3")
+    drafter = MtpDrafter(model)
+    passes = []
+    real = drafter._pass_graph
+
+    def counted(items):  # type: ignore[no-untyped-def]
+        out = real(items)
+        passes.append(out is not None)
+        return out
+
+    chains = []
+    real_chain = drafter._chain_graph
+
+    def counted_chain(active, steps):  # type: ignore[no-untyped-def]
+        out = real_chain(active, steps)
+        chains.append(out is not None)
+        return out
+
+    drafter._pass_graph = counted  # type: ignore[method-assign]
+    drafter._chain_graph = counted_chain  # type: ignore[method-assign]
+    cfg = EngineConfig(context=128, parallel=parallel, kv=kv, kv_pages=64, draft_tokens=k)
+    engine = Engine(model, cfg, drafter=drafter)
+    for i, p in enumerate(PROMPTS):
+        engine.submit(Request(id=str(i), prompt_ids=tok.encode(p), max_tokens=40, seed=i))
+    done = engine.run()
+    out = {s.req.id: (s.generated, s.drafted, s.accepted) for s in done}
+    lanes = drafter.lanes
+    live = lanes.scratch * lanes.rows  # every lane but the scratch one
+    return out, passes + chains, [lanes.k[0][:live].get(), lanes.v[0][:live].get()]
+
+
+@pytest.mark.parametrize("parallel,kv,k", [(1, "bf16", 4), (4, "fp8", 3), (3, "bf16", 7)])
+def test_mtp_passes_in_graphs_draft_what_eager_passes_draft(parallel, kv, k) -> None:  # type: ignore[no-untyped-def]
+    from engine.model.loader import load_model
+
+    model = load_model(MODELS / "tiny-qwen3", "cupy")
+    eager, eager_passes, eager_rows = _run(model, False, parallel, kv, k)
+    fixed, fixed_passes, fixed_rows = _run(model, True, parallel, kv, k)
+    assert not any(eager_passes)
+    assert fixed_passes and all(fixed_passes), "a pass did not go through a graph"
+    assert fixed == eager
+    assert sum(a for _, _, a in fixed.values()) > 0  # drafts were accepted: the path ran
+    for a, b in zip(eager_rows, fixed_rows, strict=True):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_padding_rows_stay_in_the_scratch_lane() -> None:
+    """fixed_rows places items in their lanes and pads into the scratch lane alone; items
+    that do not fit get None (the eager pass then says what is wrong)."""
+    from engine.ops.cupy_ops import CupyOps
+
+    lanes = CupyOps(probe=False).new_lanes(1, 3, 16, 2, 64)
+    placed = lanes.fixed_rows([(2, 5, 2), (0, 0, 1)], 8)
+    assert placed["lane_slots"].tolist() == [37, 38, 0] + [48] * 5
+    assert placed["lane_ptab"].tolist() == [2, 2, 0] + [3] * 5
+    assert placed["lane_last"].tolist() == [5, 6, 0] + [0] * 5
+    for bad in ([(3, 0, 1)], [(0, 15, 2)], [(0, 0, 9)]):
+        assert lanes.fixed_rows(bad, 8) is None
