@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.cli.bench_run import TimedRun, measure
+from engine.cli.bench_run import Reuse, TimedRun, measure
 from engine.cli.common import add_engine_flags, add_model_flags, load
 from engine.config import env_flags
 from engine.errors import InputError
@@ -137,19 +137,25 @@ def run(args: argparse.Namespace) -> int:
     model, _ = load(args)
     if args.ops:
         return _ops(model, args)
-    for _ in range(args.warmup):  # page faults, allocator and caches; not timed
-        measure(model, args, max(counts), min(4, args.gen_tokens))
+    reuse = Reuse()  # each count's KV memory and drafter (and the graphs captured on them)
     if args.lockstep:
         from engine.cli.bench_lockstep import serve_units
 
+        for _ in range(args.warmup):  # page faults, allocator and caches; not timed
+            measure(model, args, max(counts), min(4, args.gen_tokens), reuse)
         return serve_units(
-            lambda n: measure(model, args, n, args.gen_tokens),
-            lambda n: TimedRun(model, args, n, args.gen_tokens),
+            lambda n: measure(model, args, n, args.gen_tokens, reuse),
+            lambda n: TimedRun(model, args, n, args.gen_tokens, reuse),
             header(args),
         )
     results = []
     for n in counts:
-        best = best_of([measure(model, args, n, args.gen_tokens) for _ in range(args.repeats)])
+        reuse.only(n)
+        for _ in range(args.warmup):  # page faults, allocator, caches, graphs; not timed
+            measure(model, args, n, min(4, args.gen_tokens), reuse)
+        best = best_of(
+            [measure(model, args, n, args.gen_tokens, reuse) for _ in range(args.repeats)]
+        )
         results.append(best)
         print(
             f"parallel {n}: decode {best['decode_tok_s']:.1f} tok/s, prefill "

@@ -37,11 +37,37 @@ def requests(n: int, prompt_tokens: int, gen_tokens: int, vocab: int) -> list[Re
     ]
 
 
+class Reuse:
+    """The KV memory and drafter of the last run of each stream count, handed to the next run
+    of that count: a backend's captured steps belong to them, so every run after the first
+    replays graphs where the first captured them, as one long-lived server does (a fresh
+    engine each, no prefix cached between runs). `only(n)` forgets the other counts."""
+
+    def __init__(self) -> None:
+        self.kept: dict[int, tuple[Any, Any]] = {}
+
+    def engine(self, model: Any, cfg: Any, n: int) -> Engine:
+        kv, drafter = self.kept.get(n, (None, None))
+        engine = Engine(model, cfg, drafter=drafter or make_drafter(cfg, model), kv=kv)
+        self.kept[n] = (engine.kv, engine.drafter)
+        return engine
+
+    def only(self, n: int) -> None:
+        self.kept = {k: v for k, v in self.kept.items() if k == n}
+
+
 class TimedRun:
-    def __init__(self, model: Any, args: argparse.Namespace, n: int, gen_tokens: int) -> None:
+    def __init__(
+        self,
+        model: Any,
+        args: argparse.Namespace,
+        n: int,
+        gen_tokens: int,
+        reuse: Reuse | None = None,
+    ) -> None:
         self.n = n
         cfg = engine_config(args, parallel=n)
-        self.engine = Engine(model, cfg, drafter=make_drafter(cfg, model))
+        self.engine = (reuse or Reuse()).engine(model, cfg, n)
         reqs = requests(n, args.prompt_tokens, gen_tokens, model.config.vocab_size)
         self.streams = [self.engine.submit(r) for r in reqs]
         self.actions: dict[str, list[Any]] = {k: [] for k in FIELDS}
@@ -109,9 +135,11 @@ class TimedRun:
         }
 
 
-def measure(model: Any, args: argparse.Namespace, n: int, gen_tokens: int) -> dict[str, Any]:
+def measure(
+    model: Any, args: argparse.Namespace, n: int, gen_tokens: int, reuse: Reuse | None = None
+) -> dict[str, Any]:
     """One timed run of ``n`` streams, alone: its sweep row and ``actions``."""
-    run = TimedRun(model, args, n, gen_tokens)
+    run = TimedRun(model, args, n, gen_tokens, reuse)
     cpu0, t0 = time.process_time(), time.perf_counter()
     run._cpu = cpu0
     run.engine.run()

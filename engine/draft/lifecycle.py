@@ -21,6 +21,7 @@ class LaneDrafter:
         self.lanes: Any = None  # the backend's Lanes for every lane of the plan, or None
         self.page_plan: PagePlan | None = None
         self.opens_without_lane = 0
+        self._planned: tuple[int, int] | None = None  # (lanes, context) of the lane memory
 
     # subclasses: lane memory for `count` lanes (None: no per-lane memory), and a stream's
     # fresh state over one lane of it
@@ -34,8 +35,13 @@ class LaneDrafter:
         return k
 
     def plan(self, plan: PagePlan, model: Any) -> None:
+        """Take a new engine's plan. The lane memory of an earlier plan of the same lanes and
+        context is kept (a backend's captured passes belong to it); states start empty."""
         self.page_plan = plan
-        self.lanes = self.make_lanes(plan.lanes)
+        self.states.clear()
+        if self.lanes is None or self._planned != (plan.lanes, plan.context):
+            self.lanes = self.make_lanes(plan.lanes)
+            self._planned = (plan.lanes, plan.context)
 
     def open(self, stream: Any) -> None:
         if stream.sid in self.states:

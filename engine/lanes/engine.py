@@ -47,7 +47,10 @@ class Engine:
         cfg: EngineConfig,
         clock: Clock | None = None,
         drafter: Drafter | None = None,
+        kv: Any = None,
     ) -> None:
+        """kv: the KV memory of an earlier, idle engine of this model and config, to reuse
+        (its captured steps with it); None: a new one."""
         self.model = model
         self.cfg = cfg.validate()
         self.clock = clock or RealClock()
@@ -55,7 +58,7 @@ class Engine:
         extra = self.drafter.max_tokens(cfg.draft_tokens)
         self._check_memory(model, cfg, cfg.context + extra)
         self.plan = PagePlan(cfg.lanes, cfg.context + extra, cfg.page_rows, cfg.kv_pages)
-        self.kv = self._new_kv(model, cfg)
+        self.kv = kv if kv is not None else self._new_kv(model, cfg)
         self.drafter.plan(self.plan, model)
         self.state = policy.PolicyState()
         self.waiting: list[Stream] = []  # submitted, not yet arrived

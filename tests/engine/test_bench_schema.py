@@ -110,3 +110,32 @@ def test_calibrate_keeps_tokens(monkeypatch, capsys):
     assert main(argv) == 0
     slowed = json.loads(capsys.readouterr().out)
     assert slowed["ids"] == plain["ids"]
+
+
+def test_runs_of_one_count_reuse_its_kv_memory_and_drafter(monkeypatch, capsys):
+    """Every run of n streams after the first gets the KV memory and drafter (lane memory too)
+    of the run before: a backend's captured graphs belong to them, so later repeats replay. A
+    run of another count gets its own; the replies do not change."""
+    from engine.cli import bench_run
+
+    engines = []
+    real = bench_run.Engine
+
+    def spy(*a, **kw):  # type: ignore[no-untyped-def]
+        e = real(*a, **kw)
+        e.lanes_at_start = e.drafter.lanes  # the drafter is shared: its lanes may be replaced
+        engines.append(e)
+        return e
+
+    monkeypatch.setattr(bench_run, "Engine", spy)
+    _bench(capsys, "--parallel", "1,2", "--repeats", "2", "--drafter", "mtp")
+    by_n = {}
+    for e in engines:
+        by_n.setdefault(e.cfg.parallel, []).append(e)
+    assert sorted(by_n) == [1, 2] and all(len(es) == 3 for es in by_n.values())  # warm-up + 2
+    for es in by_n.values():
+        assert all(e.kv is es[0].kv and e.drafter is es[0].drafter for e in es)
+        assert all(e.lanes_at_start is es[0].lanes_at_start for e in es)
+        replies = [[s.generated for s in e.finished] for e in es[1:]]
+        assert replies[0] == replies[1]
+    assert by_n[1][0].kv is not by_n[2][0].kv
