@@ -6,6 +6,10 @@ state, the target hidden state of the newest row whose next token is not known y
 are recomputed from the target's real hidden states after each verification, overwriting
 speculative rows. The streams of a round draft together: each chained draft position is
 one batch of rows (a row's bits do not depend on its neighbours), with attention per lane.
+
+Where the backend captures graphs (engine/draft/mtp_pass.py), a round's verified rows wait in
+their state (`todo`) until the next proposal, which runs them and every chained draft
+position in one graph, the tokens picked on the device: one launch a round, not one a pass.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from engine.draft import mtp_pass
 from engine.draft.lifecycle import LaneDrafter, attend_lanes
+from engine.draft.mtp_pass import MtpWeights, Rows
 from engine.errors import InputError
-from engine.model.graph_shape import padded_rows, step_rows
-from engine.model.qwen3 import build_layer, decoder_layer
+from engine.model.graph_shape import step_rows
+from engine.model.qwen3 import build_layer
 
 
 @dataclass
@@ -28,22 +34,9 @@ class MtpState:
     pending: np.ndarray | None = None  # target hidden at next_pos, its next token unknown
     draft: int | None = None  # the MTP's greedy token after the newest real row
     y: Any = None  # MTP output of the newest real row [1, H]
+    todo: Rows | None = None  # verified rows not run yet (they run before the next draft)
 
 
-@dataclass(frozen=True)
-class MtpWeights:
-    """What an MTP pass reads besides its inputs and the lane memory (never the drafter: a
-    captured pass must not hold the lanes it is keyed by, cupy_graph.py)."""
-
-    model: Any
-    layer: Any
-    fc: Any
-    norm_e: Any
-    norm_h: Any
-    norm: Any
-
-
-Item = tuple[MtpState, int, Any, list[int]]  # (state, first position, hidden rows, tokens)
 Active = tuple[Any, MtpState]  # (stream, its state)
 
 
@@ -93,65 +86,67 @@ class MtpDrafter(LaneDrafter):
         lanes.zero(lane, stream.fed)
         return MtpState(area=area, next_pos=stream.fed)
 
-    def _pass(self, items: list[Item]) -> tuple[list[Any], list[int]]:
-        """MTP rows at positions start.. of each item from target (or chained) states, in
-        one batch: per item, the output y [1, H] of its last row and the greedy token after
-        it. Through the backend's captured graphs where it has them (the same bits)."""
-        fixed = self._pass_graph(items)
-        if fixed is not None:
-            return fixed
-        ops = self.model.ops
-        tokens = [t for _, _, _, toks in items for t in toks]
+    # ---- passes -----------------------------------------------------------------------
+    def _graphs(self) -> bool:
+        """Whether this drafter's passes can be captured graphs: the backend captures them
+        and picks tokens on the device, the lanes place fixed-shape rows, and the backend's
+        graphs take the layer."""
+        ops, moe = self.model.ops, self.w.layer.moe
+        if not ops.graph_rows or not hasattr(ops, "greedy_ids"):
+            return False
+        if moe is not None and not ops.moe_in_graph(moe):
+            return False
+        return hasattr(self.lanes, "fixed_rows")
+
+    def _run(self, work: list[MtpState]) -> None:
+        """Run the states' waiting rows in one pass: each state's y and draft after them."""
+        if not work:
+            return
+        items = [st.todo for st in work if st.todo is not None]
+        out = self._pass_graph(items, work) if self._graphs() else None
+        ys, drafts = out if out is not None else self._pass(items, work)
+        for st, y, d in zip(work, ys, drafts, strict=True):
+            st.y, st.draft, st.todo = y, d, None
+
+    def _pass(self, items: list[Rows], states: list[MtpState]) -> tuple[list[Any], list[int]]:
+        """The eager pass: per item, the output y [1, H] of its last row and the greedy
+        token after it."""
+        ops, m = self.model.ops, self.model
         pos = np.concatenate([np.arange(start, start + len(t)) for _, start, _, t in items])
         hidden = ops.concat_rows([ops.asarray(h) for _, _, h, _ in items])
 
         def attend(q: Any, k: Any, v: Any) -> Any:
             asks, a = [], 0
-            for st, start, _, toks in items:
-                lanes, lane = st.area
+            for st, (lane, start, _, toks) in zip(states, items, strict=True):
                 z = a + len(toks)
-                lanes.put(0, lane, start, k[a:z], v[a:z])
-                asks.append((lanes, (lane, q[a:z], pos[a:z], start + len(toks))))
+                st.area[0].put(0, lane, start, k[a:z], v[a:z])
+                asks.append((st.area[0], (lane, q[a:z], pos[a:z], start + len(toks))))
                 a = z
             return ops.concat_rows(attend_lanes(0, asks))
 
-        m = self.model
+        tokens = np.asarray([t for *_, toks in items for t in toks])
         cos, sin = ops.asarray(m.cos[pos]), ops.asarray(m.sin[pos])
-        dev = {"ids": np.asarray(tokens), "hidden": hidden, "cos": cos, "sin": sin}
-        y = _rows(self.w, dev, attend)
+        dev = {"ids": tokens, "hidden": hidden, "cos": cos, "sin": sin}
+        y = mtp_pass.pass_rows(self.w, dev, attend)
         last = ops.take_rows(y, np.cumsum([len(toks) for *_, toks in items]) - 1)
-        logits = ops.to_numpy(_logits(self.w, last))
+        logits = ops.to_numpy(mtp_pass.pass_logits(self.w, last))
         ys = [ops.take_rows(last, np.asarray([j])) for j in range(len(items))]
         return ys, [int(np.argmax(row)) for row in logits]
 
-    def _pass_graph(self, items: list[Item]) -> tuple[list[Any], list[int]] | None:
-        """`_pass` as one fixed-shape step through `ops.run_graph`, or None where the backend
-        or the lane memory takes none (every item must be in this drafter's lanes)."""
+    def _pass_graph(
+        self, items: list[Rows], states: list[MtpState]
+    ) -> tuple[list[Any], list[int]] | None:
+        """`_pass` as one captured graph (every state in this drafter's lanes), or None."""
         ops, lanes = self.model.ops, self.lanes
-        total = sum(len(toks) for *_, toks in items)
-        rows = step_rows(total, ops.row_tile, ops.graph_rows)
-        if rows is None or not self._in_graph([(None, st) for st, *_ in items]):
+        rows = step_rows(sum(len(t) for *_, t in items), ops.row_tile, ops.graph_rows)
+        if rows is None or any(st.area[0] is not lanes for st in states):
             return None
-        placed = lanes.fixed_rows([(st.area[1], start, len(t)) for st, start, _, t in items], rows)
-        if placed is None:
+        inputs = mtp_pass.catch_up_inputs(self.w, lanes, items, rows)
+        if inputs is None:
             return None
-        pos = np.zeros(rows, dtype=np.int64)
-        ids = np.zeros(rows, dtype=np.int64)
-        hidden = np.zeros((rows, self.model.config.hidden_size), dtype=np.float32)
-        ends, a = [], 0
-        for _, start, h, toks in items:
-            z = a + len(toks)
-            pos[a:z], ids[a:z], hidden[a:z] = np.arange(start, start + len(toks)), toks, h
-            ends.append(z - 1)
-            a = z
-        m = self.model
-        need = padded_rows(np.asarray(ends, dtype=np.int64), ops.row_tile)
-        inputs = {"ids": ids, "hidden": hidden, "cos": m.cos[pos], "sin": m.sin[pos], "need": need}
-        inputs.update(placed)
+        w, got = self.w, np.arange(len(items))
         key = ("mtp", rows, len(inputs["need"]))
-        w = self.w
-        got = np.arange(len(items))
-        out = ops.run_graph(lanes, key, inputs, lambda own, dev: _fixed_pass(w, own, dev), got)
+        out = ops.run_graph(lanes, key, inputs, lambda o, d: mtp_pass.fixed_pass(w, o, d), got)
         if out is None:
             return None
         logits, last = out
@@ -159,12 +154,12 @@ class MtpDrafter(LaneDrafter):
         drafts = picks()[0] if picks is not None else np.argmax(np.asarray(logits), axis=-1)
         return [last[j : j + 1] for j in range(len(items))], [int(t) for t in drafts]
 
-    def _catch_up(self, stream: Any, st: MtpState, start: int, hidden: np.ndarray) -> None:
-        self._catch_up_many([(stream, st, start, hidden)])
-
-    def _catch_up_many(self, items: list[tuple[Any, MtpState, int, np.ndarray]]) -> None:
-        """Add target rows start.. of each stream and compute, in one batch, every row
-        whose next token is known."""
+    # ---- absorbing verified rows --------------------------------------------------------
+    def _catch_up_many(self, items: list[tuple[Any, MtpState, int, Any]], wait: bool) -> None:
+        """Add target rows start.. of each stream; every row whose next token is known
+        becomes its state's `todo`, run now (in one batch) or, with `wait`, before the
+        stream's next draft."""
+        self._run([st for _, st, *_ in items if st.todo is not None])  # one todo at a time
         work = []
         for stream, st, start, hidden in items:
             first = st.next_pos
@@ -176,19 +171,17 @@ class MtpDrafter(LaneDrafter):
             take = min(len(rows), known)
             if take > 0:
                 tokens = stream.tokens[first + 1 : first + 1 + take]
-                work.append((st, first, np.stack(rows[:take]), tokens))
+                st.todo = (st.area[1], first, np.stack(rows[:take]), tokens)
+                work.append(st)
                 st.next_pos = first + take
             st.pending = rows[take] if take < len(rows) else None
-        if not work:
-            return
-        ys, drafts = self._pass(work)
-        for (st, *_), y, d in zip(work, ys, drafts, strict=True):
-            st.y, st.draft = y, d
+        if not wait:
+            self._run(work)
 
     def absorb_prompt(self, stream: Any, segment: Any, out: Any) -> None:
         st = self.states.get(stream.sid)
         if st is not None:
-            self._catch_up(stream, st, out.start, out.taps[self.taps[0]])
+            self._catch_up_many([(stream, st, out.start, out.taps[self.taps[0]])], wait=False)
 
     def absorb(self, stream: Any, out: Any, accepted: int, emitted: list[int]) -> None:
         self.absorb_many([(stream, out, accepted, emitted)])
@@ -203,119 +196,108 @@ class MtpDrafter(LaneDrafter):
                 batch.append((stream, st, out.start, np.zeros((0,))))
             else:  # a round: the pending token's row and the accepted drafts' rows
                 batch.append((stream, st, out.start, out.taps[self.taps[0]][: accepted + 1]))
-        self._catch_up_many(batch)
+        self._catch_up_many(batch, wait=self._graphs())
 
+    # ---- proposing ----------------------------------------------------------------------
     def propose(self, stream: Any, k: int) -> list[int]:
         return self.propose_many([stream], k)[0]
 
     def propose_many(self, streams: list[Any], k: int) -> list[list[int]]:
-        ops = self.model.ops
         active = []
         for s in streams:
             st = self.states.get(s.sid)
-            if st is not None and st.draft is not None and st.next_pos == s.fed:
+            ready = st is not None and (st.draft is not None or st.todo is not None)
+            if ready and st.next_pos == s.fed:
                 active.append((s, st))
-        drafts = {s.sid: [st.draft] for s, st in active}
+        fused = self._fused_graph(active, k - 1) if active and k > 1 else None
+        if fused is not None:
+            return self._drafts(streams, active, fused)
+        self._run([st for _, st in active if st.todo is not None])
         chained = self._chain_graph(active, k - 1) if active and k > 1 else None
-        if chained is not None:
-            for (s, _), more in zip(active, chained, strict=True):
-                drafts[s.sid].extend(more)
-            return [drafts.get(s.sid, []) for s in streams]
-        ys = [st.y for _, st in active]
-        for i in range(1, k if active else 0):
-            items = [
-                (st, s.fed + i - 1, ops.to_numpy(y), [drafts[s.sid][-1]])
-                for (s, st), y in zip(active, ys, strict=True)
-            ]
-            ys, picks = self._pass(items)
-            for (s, _), tok in zip(active, picks, strict=True):
-                drafts[s.sid].append(tok)
-        return [drafts.get(s.sid, []) for s in streams]
+        if chained is None:
+            chained = self._chain_eager(active, k - 1)
+        return self._drafts(
+            streams,
+            active,
+            [[st.draft, *more] for (_, st), more in zip(active, chained, strict=True)],
+        )
 
-    def _chain_graph(
-        self, active: list[tuple[Any, MtpState]], steps: int
-    ) -> list[list[int]] | None:
-        """The chained draft positions 1..steps of every active stream as one captured graph:
-        each position's greedy tokens are picked on the device and embedded for the next, so
-        a proposal costs one launch, not one pass a position. The eager chain's bits (each
-        position is `_pass` of one row a stream); None where the backend takes no graph."""
+    @staticmethod
+    def _drafts(streams: list[Any], active: list[Active], got: list[list[int]]) -> list[list[int]]:
+        by_sid = {s.sid: d for (s, _), d in zip(active, got, strict=True)}
+        return [by_sid.get(s.sid, []) for s in streams]
+
+    def _chain_eager(self, active: list[Active], steps: int) -> list[list[int]]:
+        ops, more = self.model.ops, [[] for _ in active]
+        ys, toks = [st.y for _, st in active], [st.draft for _, st in active]
+        for i in range(steps):
+            items = [(st.area[1], s.fed + i, ops.to_numpy(y), [t])
+                     for (s, st), y, t in zip(active, ys, toks, strict=True)]  # fmt: skip
+            ys, toks = self._pass(items, [st for _, st in active])
+            for j, t in enumerate(toks):
+                more[j].append(t)
+        return more
+
+    def _chain_graph(self, active: list[Active], steps: int) -> list[list[int]] | None:
+        """Draft positions 1..steps of every active stream as one captured graph (each
+        position's tokens picked on the device and embedded for the next); None where the
+        backend takes no graph."""
         ops, lanes, m = self.model.ops, self.lanes, self.model
         rows = step_rows(len(active), ops.row_tile, ops.graph_rows)
-        if rows is None or not hasattr(ops, "greedy_ids") or not self._in_graph(active):
+        if rows is None or not self._graphs() or any(st.area[0] is not lanes for _, st in active):
             return None
+        chain = mtp_pass.chain_inputs(
+            self.w, lanes, [(st.area[1], s.fed) for s, st in active], steps, rows
+        )
+        if chain is None:
+            return None
+        inputs, names = chain
         ids = np.zeros(rows, dtype=np.int64)
         hidden = np.zeros((rows, m.config.hidden_size), dtype=np.float32)
         for j, (_, st) in enumerate(active):
             ids[j], hidden[j] = st.draft, ops.to_numpy(st.y)[0]
-        inputs = {"ids": ids, "hidden": hidden}
-        for i in range(steps):
-            pos = np.zeros(rows, dtype=np.int64)
-            pos[: len(active)] = [s.fed + i for s, _ in active]
-            placed = lanes.fixed_rows([(st.area[1], s.fed + i, 1) for s, st in active], rows)
-            if placed is None:
-                return None
-            inputs.update({f"{name}.{i}": a for name, a in placed.items()})
-            inputs.update({f"cos.{i}": m.cos[pos], f"sin.{i}": m.sin[pos]})
-        w, names = self.w, tuple(placed)
-        got = np.arange(len(active))
+        inputs.update({"ids": ids, "hidden": hidden})
+        w = self.w
 
         def body(own: Any, dev: dict[str, Any]) -> tuple[Any, ...]:
-            return _fixed_chain(w, own, dev, steps, names)
+            return tuple(mtp_pass.fixed_chain(w, own, dev, (dev["ids"], dev["hidden"]), names))
 
-        out = ops.run_graph(lanes, ("mtp-chain", rows, steps), inputs, body, got)
+        out = ops.run_graph(lanes, ("mtp-chain", rows, steps), inputs, body, np.arange(len(active)))
         if out is None:
             return None
         return [[int(col[j]) for col in out] for j in range(len(active))]
 
-    def _in_graph(self, states: list[Active]) -> bool:
-        """Whether a pass over these streams can be a captured graph: their MTP rows are in
-        this drafter's lanes, which place fixed-shape steps, and the layer is one the
-        backend's graphs take."""
-        moe = self.w.layer.moe
-        if moe is not None and not self.model.ops.moe_in_graph(moe):
-            return False
-        lanes = self.lanes
-        return hasattr(lanes, "fixed_rows") and all(st.area[0] is lanes for _, st in states)
+    def _fused_graph(self, active: list[Active], steps: int) -> list[list[int]] | None:
+        """The waiting rows of every active stream and its draft positions 0..steps in one
+        captured graph; None unless every active stream has rows waiting and the backend
+        takes the graph."""
+        ops, lanes = self.model.ops, self.lanes
+        if not self._graphs() or any(
+            st.todo is None or st.area[0] is not lanes for _, st in active
+        ):
+            return None
+        items = [st.todo for _, st in active]
+        rows = step_rows(sum(len(t) for *_, t in items), ops.row_tile, ops.graph_rows)
+        if rows is None:
+            return None
+        inputs = mtp_pass.catch_up_inputs(self.w, lanes, items, rows)
+        if inputs is None:
+            return None
+        starts = [(st.area[1], s.fed) for s, st in active]
+        chain = mtp_pass.chain_inputs(self.w, lanes, starts, steps, len(inputs["need"]))
+        if chain is None:
+            return None
+        inputs.update(chain[0])
+        w, names = self.w, chain[1]
 
+        def body(own: Any, dev: dict[str, Any]) -> tuple[Any, ...]:
+            return mtp_pass.fixed_catch_up_chain(w, own, dev, names)
 
-def _rows(w: MtpWeights, dev: dict[str, Any], attend: Any) -> Any:
-    """The MTP layer's outputs y of rows dev["ids"] (tokens) over dev["hidden"] (states)."""
-    m, ops = w.model, w.model.ops
-    eps = m.config.rms_norm_eps
-    e = ops.rms_norm(ops.embed(m.embed, dev["ids"]), w.norm_e, eps)
-    g = ops.rms_norm(dev["hidden"], w.norm_h, eps)
-    x = ops.linear(ops.concat_cols([e, g]), w.fc)
-    return decoder_layer(m.config, ops, w.layer, x, dev["cos"], dev["sin"], attend)
-
-
-def _logits(w: MtpWeights, y: Any) -> Any:
-    ops = w.model.ops
-    return ops.linear(ops.rms_norm(y, w.norm, w.model.config.rms_norm_eps), w.model.lm_head)
-
-
-def _fixed_pass(w: MtpWeights, lanes: Any, dev: dict[str, Any]) -> tuple[Any, Any]:
-    """A pass over rows placed by `lanes.fixed_rows` (a captured graph's body): the logits and
-    outputs of the rows dev["need"]."""
-    y = _rows(w, dev, lambda q, k, v: lanes.store_attend_fixed(0, dev, q, k, v))
-    last = y[dev["need"]]
-    return _logits(w, last), last
-
-
-def _fixed_chain(
-    w: MtpWeights, lanes: Any, dev: dict[str, Any], steps: int, names: tuple[str, ...]
-) -> tuple[Any, ...]:
-    """Chained one-row passes (a captured graph's body): pass i reads the previous pass's
-    outputs and greedy tokens, its rows placed by dev[name.i]; the tokens of every pass."""
-    ops = w.model.ops
-    ids, hidden, picked = dev["ids"], dev["hidden"], []
-    for i in range(steps):
-        placed = {name: dev[f"{name}.{i}"] for name in names}
-        d = {"ids": ids, "hidden": hidden, "cos": dev[f"cos.{i}"], "sin": dev[f"sin.{i}"]}
-
-        def attend(q: Any, k: Any, v: Any, placed: dict[str, Any] = placed) -> Any:
-            return lanes.store_attend_fixed(0, placed, q, k, v)
-
-        hidden = _rows(w, d, attend)
-        ids = ops.greedy_ids(_logits(w, hidden))
-        picked.append(ids)
-    return tuple(picked)
+        key = ("mtp-fused", rows, len(inputs["need"]), steps)
+        out = ops.run_graph(lanes, key, inputs, body, np.arange(len(active)))
+        if out is None:
+            return None
+        first, last, *more = out
+        for j, (_, st) in enumerate(active):
+            st.y, st.draft, st.todo = last[j : j + 1], int(first[j]), None
+        return [[int(first[j]), *(int(col[j]) for col in more)] for j in range(len(active))]

@@ -1,7 +1,8 @@
-"""The MTP drafter's passes as captured graphs on cupy (engine/draft/mtp.py `_pass_graph` and
-the chained proposal `_chain_graph`, engine/ops/cupy_lanes.py `fixed_rows`): the same drafts,
-accepted counts and replies as its eager passes, and the lane rows they leave are the same
-bytes (marked `gpu`; skipped where cupy cannot run)."""
+"""The MTP drafter's passes as captured graphs on cupy (engine/draft/mtp.py: a round's waiting
+rows and its chained drafts in one `_fused_graph`; engine/draft/mtp_pass.py's bodies,
+engine/ops/cupy_lanes.py `fixed_rows`): the same drafts, accepted counts and replies as its
+eager passes, and the lane rows they leave are the same bytes (marked `gpu`; skipped where
+cupy cannot run)."""
 
 from __future__ import annotations
 
@@ -31,24 +32,16 @@ def _run(model, graphs: bool, parallel: int, kv: str, k: int):  # type: ignore[n
     model.ops.graphs = graphs
     tok = Tokenizer(MODELS / "tiny-qwen3")
     drafter = MtpDrafter(model)
-    passes = []
-    real = drafter._pass_graph
+    calls = []  # per call of a graph path: (its name, whether it took a graph)
+    for name in ("_pass_graph", "_chain_graph", "_fused_graph"):
+        real = getattr(drafter, name)
 
-    def counted(items):  # type: ignore[no-untyped-def]
-        out = real(items)
-        passes.append(out is not None)
-        return out
+        def counted(*a, real=real, name=name):  # type: ignore[no-untyped-def]
+            out = real(*a)
+            calls.append((name, out is not None))
+            return out
 
-    chains = []
-    real_chain = drafter._chain_graph
-
-    def counted_chain(active, steps):  # type: ignore[no-untyped-def]
-        out = real_chain(active, steps)
-        chains.append(out is not None)
-        return out
-
-    drafter._pass_graph = counted  # type: ignore[method-assign]
-    drafter._chain_graph = counted_chain  # type: ignore[method-assign]
+        setattr(drafter, name, counted)
     cfg = EngineConfig(context=128, parallel=parallel, kv=kv, kv_pages=64, draft_tokens=k)
     engine = Engine(model, cfg, drafter=drafter)
     for i, p in enumerate(PROMPTS):
@@ -57,7 +50,7 @@ def _run(model, graphs: bool, parallel: int, kv: str, k: int):  # type: ignore[n
     out = {s.req.id: (s.generated, s.drafted, s.accepted) for s in done}
     lanes = drafter.lanes
     live = lanes.scratch * lanes.rows  # every lane but the scratch one
-    return out, passes + chains, [lanes.k[0][:live].get(), lanes.v[0][:live].get()]
+    return out, calls, [lanes.k[0][:live].get(), lanes.v[0][:live].get()]
 
 
 @pytest.mark.parametrize("parallel,kv,k", [(1, "bf16", 4), (4, "fp8", 3), (3, "bf16", 7)])
@@ -65,10 +58,11 @@ def test_mtp_passes_in_graphs_draft_what_eager_passes_draft(parallel, kv, k) -> 
     from engine.model.loader import load_model
 
     model = load_model(MODELS / "tiny-qwen3", "cupy")
-    eager, eager_passes, eager_rows = _run(model, False, parallel, kv, k)
-    fixed, fixed_passes, fixed_rows = _run(model, True, parallel, kv, k)
-    assert not any(eager_passes)
-    assert fixed_passes and all(fixed_passes), "a pass did not go through a graph"
+    eager, eager_graphs, eager_rows = _run(model, False, parallel, kv, k)
+    fixed, fixed_graphs, fixed_rows = _run(model, True, parallel, kv, k)
+    assert not any(took for _, took in eager_graphs)
+    fused = [took for name, took in fixed_graphs if name == "_fused_graph"]
+    assert fused and all(fused), "a round's drafts did not come from one fused graph"
     assert fixed == eager
     assert sum(a for _, _, a in fixed.values()) > 0  # drafts were accepted: the path ran
     for a, b in zip(eager_rows, fixed_rows, strict=True):
