@@ -56,7 +56,8 @@ class Engine:
         self.clock = clock or RealClock()
         self.drafter = drafter or NoDrafter()
         extra = self.drafter.max_tokens(cfg.draft_tokens)
-        self._check_memory(model, cfg, cfg.context + extra)
+        if kv is None:  # a reused memory is allocated already: free memory no longer holds it
+            self._check_memory(model, cfg, cfg.context + extra)
         self.plan = PagePlan(cfg.lanes, cfg.context + extra, cfg.page_rows, cfg.kv_pages)
         self.kv = kv if kv is not None else self._new_kv(model, cfg)
         self.drafter.plan(self.plan, model)
