@@ -2,7 +2,8 @@
 
 ``--json`` prints one object of the bench schema (``bench_schema``, docs/contract.md,
 section *bench*): one sweep row per stream count, each the best of ``--repeats`` timed
-runs after one untimed warm-up run, and the facts of the machine it ran on.
+runs after ``--warmup`` untimed ones of that count (runs of one count share its KV memory,
+drafter and captured graphs), and the facts of the machine it ran on.
 """
 
 from __future__ import annotations
