@@ -98,11 +98,13 @@ class MtpDrafter(LaneDrafter):
             return False
         return hasattr(self.lanes, "fixed_rows")
 
-    def _run(self, work: list[MtpState]) -> None:
-        """Run the states' waiting rows in one pass: each state's y and draft after them."""
+    def _run(self, states: list[MtpState]) -> None:
+        """Run the waiting rows of those states that have some in one pass: each such state's
+        y and draft after them."""
+        work = [st for st in states if st.todo is not None]
         if not work:
             return
-        items = [st.todo for st in work if st.todo is not None]
+        items = [st.todo for st in work if st.todo is not None]  # every one: typed for mypy
         out = self._pass_graph(items, work) if self._graphs() else None
         ys, drafts = out if out is not None else self._pass(items, work)
         for st, y, d in zip(work, ys, drafts, strict=True):
@@ -159,7 +161,7 @@ class MtpDrafter(LaneDrafter):
         """Add target rows start.. of each stream; every row whose next token is known
         becomes its state's `todo`, run now (in one batch) or, with `wait`, before the
         stream's next draft."""
-        self._run([st for _, st, *_ in items if st.todo is not None])  # one todo at a time
+        self._run([st for _, st, *_ in items])  # one todo at a time
         work = []
         for stream, st, start, hidden in items:
             first = st.next_pos
@@ -212,7 +214,7 @@ class MtpDrafter(LaneDrafter):
         fused = self._fused_graph(active, k - 1) if active and k > 1 else None
         if fused is not None:
             return self._drafts(streams, active, fused)
-        self._run([st for _, st in active if st.todo is not None])
+        self._run([st for _, st in active])
         chained = self._chain_graph(active, k - 1) if active and k > 1 else None
         if chained is None:
             chained = self._chain_eager(active, k - 1)
