@@ -42,9 +42,11 @@ def pass_rows(w: MtpWeights, dev: dict[str, Any], attend: Attend) -> Any:
     """The MTP layer's outputs y of rows dev["ids"] (tokens) over dev["hidden"] (states)."""
     m, ops = w.model, w.model.ops
     eps = m.config.rms_norm_eps
-    e = ops.rms_norm(ops.embed(m.embed, dev["ids"]), w.norm_e, eps)
-    g = ops.rms_norm(dev["hidden"], w.norm_h, eps)
-    x = ops.linear(ops.concat_cols([e, g]), w.fc)
+    eg = ops.embed_norm_concat(m.embed, dev["ids"], dev["hidden"], w.norm_e, w.norm_h, eps)
+    if eg is None:
+        e = ops.rms_norm(ops.embed(m.embed, dev["ids"]), w.norm_e, eps)
+        eg = ops.concat_cols([e, ops.rms_norm(dev["hidden"], w.norm_h, eps)])
+    x = ops.linear(eg, w.fc)
     return decoder_layer(m.config, ops, w.layer, x, dev["cos"], dev["sin"], attend)
 
 
@@ -97,7 +99,7 @@ def chain_inputs(
 
 def fixed_pass(w: MtpWeights, lanes: Any, dev: dict[str, Any]) -> tuple[Any, Any]:
     """A catch-up pass over placed rows (a graph's body): logits and outputs of dev["need"]."""
-    y = pass_rows(w, dev, lambda q, k, v: lanes.store_attend_fixed(0, dev, q, k, v))
+    y = pass_rows(w, dev, lanes.fixed_attend(0, dev))
     last = y[dev["need"]]
     return pass_logits(w, last), last
 
@@ -115,11 +117,7 @@ def fixed_chain(
     for i in range(steps):
         placed = {name: dev[f"{name}.{i}"] for name in names}
         d = {"ids": ids, "hidden": hidden, "cos": dev[f"cos.{i}"], "sin": dev[f"sin.{i}"]}
-
-        def attend(q: Any, k: Any, v: Any, placed: dict[str, Any] = placed) -> Any:
-            return lanes.store_attend_fixed(0, placed, q, k, v)
-
-        hidden = pass_rows(w, d, attend)
+        hidden = pass_rows(w, d, lanes.fixed_attend(0, placed))
         ids = ops.greedy_ids(pass_logits(w, hidden))
         picked.append(ids)
     return picked

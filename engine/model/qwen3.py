@@ -14,7 +14,7 @@ import numpy as np
 from engine.errors import InputError
 from engine.model.config import ModelConfig
 from engine.model.graph_shape import padded_rows, step_rows
-from engine.ops.base import Array, KVMemory, KVSegment, Ops
+from engine.ops.base import Array, KVMemory, KVSegment, Ops, StoredAttend
 from engine.ops.moe import MoeWeights
 
 
@@ -161,9 +161,33 @@ def project_qkv(
     config: ModelConfig, ops: Ops, layer: Layer, h: Array, cos: Array, sin: Array
 ) -> tuple[Array, Array, Array]:
     """Normed input rows -> roped q [n, Hq, D], roped k and v [n, Hkv, D]."""
-    hq, hkv, d, eps = config.num_heads, config.num_kv_heads, config.head_dim, config.rms_norm_eps
-    n = h.shape[0]
+    return qkv_heads(config, ops, layer, ops.linear(h, layer.qkv), cos, sin)
+
+
+def attention_rows(
+    config: ModelConfig, ops: Ops, layer: Layer, h: Array, cos: Array, sin: Array, attend: Attend
+) -> Array:
+    """Attention [n, Hq * D] of normed input rows h: q/k/v, their norms and RoPE, the K/V
+    write and attention. Where `attend` is a StoredAttend and the backend fuses the write into
+    the norm and RoPE launch, that one launch (the same bytes) and then attend.attend(q)."""
+    hq, d = config.num_heads, config.head_dim
     qkv = ops.linear(h, layer.qkv)
+    n = qkv.shape[0]
+    if isinstance(attend, StoredAttend):
+        args = (hq, config.num_kv_heads, layer.q_norm, layer.k_norm, config.rms_norm_eps)
+        q = ops.qk_norm_rope_store(qkv, *args, cos, sin, attend.target)
+        if q is not None:
+            return attend.attend(q).reshape(n, hq * d)
+    q, k, v = qkv_heads(config, ops, layer, qkv, cos, sin)
+    return attend(q, k, v).reshape(n, hq * d)
+
+
+def qkv_heads(
+    config: ModelConfig, ops: Ops, layer: Layer, qkv: Array, cos: Array, sin: Array
+) -> tuple[Array, Array, Array]:
+    """A qkv projection's rows -> roped q [n, Hq, D], roped k and v [n, Hkv, D]."""
+    hq, hkv, d, eps = config.num_heads, config.num_kv_heads, config.head_dim, config.rms_norm_eps
+    n = qkv.shape[0]
     q = qkv[:, : hq * d].reshape(n, hq, d)
     k = qkv[:, hq * d : (hq + hkv) * d].reshape(n, hkv, d)
     v = qkv[:, (hq + hkv) * d :].reshape(n, hkv, d)
@@ -199,9 +223,8 @@ def decoder_block(
     """decoder_layer of x whose input norm h the caller made, and the output's norm by the
     weight `norm` (the next layer's input norm, or the final one; None: no norm), each
     residual add fused with the norm after it where the backend offers it (same bits)."""
-    eps, n = config.rms_norm_eps, x.shape[0]
-    q, k, v = project_qkv(config, ops, layer, h, cos, sin)
-    attn = attend(q, k, v).reshape(n, config.num_heads * config.head_dim)
+    eps = config.rms_norm_eps
+    attn = attention_rows(config, ops, layer, h, cos, sin, attend)
     x, h = add_norm(ops, x, ops.linear(attn, layer.o), layer.post_norm, eps)
     if layer.moe is not None:
         mlp = ops.moe_ffn(h, layer.moe)
@@ -284,7 +307,7 @@ def _fixed_body(
     then the residual rows of each tapped layer."""
 
     def attend_at(li: int) -> Attend:
-        return lambda q, k, v: kv.store_attend_fixed(li, dev, q, k, v)
+        return kv.fixed_attend(li, dev)
 
     final, tapped = _trunk(model, dev["ids"], dev["cos"], dev["sin"], attend_at, taps)
     picked = final[dev["need"]]  # the rows whose logits are asked for (padded to a tile)

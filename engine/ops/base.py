@@ -26,6 +26,22 @@ class KVSegment:
     count: int
 
 
+@dataclass(frozen=True)
+class StoredAttend:
+    """One layer's attention over rows placed in a KV memory, whose K/V write the backend can
+    fuse into the q/k norm and RoPE launch (`Ops.qk_norm_rope_store` into `target`); then
+    `attend(q)` reads the stored rows. Called as (q, k, v), it stores k/v and attends (the
+    unfused path: the same bytes, the same output)."""
+
+    target: Any
+    store: Callable[[Array, Array], None]
+    attend: Callable[[Array], Array]
+
+    def __call__(self, q: Array, k: Array, v: Array) -> Array:
+        self.store(k, v)
+        return self.attend(q)
+
+
 class Lanes(Protocol):
     """Float32 K/V rows per lane and layer on the backend's device, ready for attention."""
 
@@ -71,14 +87,13 @@ class KVMemory(Protocol):
 
     def fixed_rows(self, segments: list[KVSegment], rows: int) -> dict[str, np.ndarray] | None:
         """Host arrays that place the segments' rows in a step of exactly `rows` rows (the
-        rest padding that touches no stream's pages), for `store_attend_fixed`; None where
+        rest padding that touches no stream's pages), for `fixed_attend`; None where
         this memory has no fixed-shape steps or the segments do not fit."""
         ...
 
-    def store_attend_fixed(
-        self, layer: int, placed: dict[str, Array], q: Array, k: Array, v: Array
-    ) -> Array:
-        """store_attend for the rows `fixed_rows` placed (its arrays on the device)."""
+    def fixed_attend(self, layer: int, placed: dict[str, Array]) -> StoredAttend:
+        """store_attend of `layer` for the rows `fixed_rows` placed (its arrays on the
+        device)."""
         ...
 
 
@@ -122,6 +137,22 @@ class Ops(Protocol):
     ) -> tuple[Array, Array] | None:
         """q and k of a qkv projection, each head RMS-normed and roped, in one fused call,
         or None where the backend has none (the forward then runs rope(rms_norm(.)))."""
+        ...
+
+    def qk_norm_rope_store(
+        self, qkv: Array, hq: int, hkv: int, qw: Array, kw: Array, eps: float, *cos_sin_target: Any
+    ) -> Array | None:
+        """qk_norm_rope's q, with k (normed, roped) and v written straight into a
+        StoredAttend's target in the same launch (the bytes of the store after it), or None
+        where the backend has no such fusion (the forward then stores, then attends)."""
+        ...
+
+    def embed_norm_concat(
+        self, table: Array, ids: Array, hidden: Array, we: Array, wh: Array, eps: float
+    ) -> Array | None:
+        """[rms_norm(embed(table, ids), we), rms_norm(hidden, wh)] side by side (the MTP
+        layer's input) in one fused call with the bits of those ops, or None where the
+        backend has none."""
         ...
 
     def add_rms_norm(self, a: Array, b: Array, w: Array, eps: float) -> tuple[Array, Array] | None:

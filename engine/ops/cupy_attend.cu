@@ -75,8 +75,9 @@ __host__ __device__ constexpr int code_bytes() { return KIND == KIND_F32 ? 4 : K
 //
 // SPLIT: the same work with each group in its own block (blockIdx.z = g, D threads), for
 // launches of few (row, head) pairs, which would leave most SMs idle; a group writes its
-// (max, sum, output) to part[] and attend_merge merges them in group order with the same
-// float operations as the end of this kernel. The two forms give the same bits. At D <= 128
+// (max, sum, output) to part[], and the block of the pair that finishes last (elected by an
+// atomic counter, count[], which no value passes through) merges the four in group order with
+// the same float operations as the end of this kernel. The two forms give the same bits. At D <= 128
 // the split form first copies a chunk's K and V codes into shared memory (cp.async, all in
 // flight at once) and reads them there: the same values in the same order, one wait on
 // memory a chunk instead of one per few keys.
@@ -85,7 +86,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
                              const signed char* ke, const signed char* ve, const int* ptab,
                              const int* poff, const int* last_pos, float* out,
                              unsigned short* outb, int hq, int hkv, int page_rows, float scale,
-                             float* part) {
+                             float* part, int* count) {
     extern __shared__ float sh[];
     constexpr int NGB = SPLIT ? 1 : ATT_NG;  // groups in this block
     constexpr int per = D / 32, nwarps = D / 32, GD = NGB * D;
@@ -217,6 +218,25 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
             p[ATT_NG + g] = l;
         }
         p[2 * ATT_NG + g * D + t] = acc;
+        // The block that finishes last among the (row, head)'s ATT_NG merges them: the
+        // counter only elects it (its parts are read in group order whichever block it is),
+        // and it sets the counter back to 0 for the next launch.
+        __threadfence();
+        __syncthreads();
+        int* elected = rows;
+        if (t == 0) elected[0] = atomicAdd(count + (long long)r * hq + h, 1) == ATT_NG - 1;
+        __syncthreads();
+        if (!elected[0]) return;
+        __threadfence();
+        float* accs = sh + D;  // ps, red, kex, vex: 4 D floats no longer read
+        if (t < ATT_NG) {
+            ms[t] = __ldcg(p + t);
+            ls[t] = __ldcg(p + ATT_NG + t);
+        }
+        for (int k = 0; k < ATT_NG; ++k) accs[k * D + t] = __ldcg(p + 2 * ATT_NG + k * D + t);
+        __syncthreads();
+        attend_finish<D>(ms, ls, accs, t, out, outb, ((long long)r * hq + h) * D);
+        if (t == 0) count[(long long)r * hq + h] = 0;
         return;
     }
     if (t == 0) {
@@ -235,11 +255,12 @@ extern "C" {
     const float *q, const void *kc, const void *vc, const signed char *ke,             \
         const signed char *ve, const int *ptab, const int *poff, const int *last_pos,  \
         float *out, unsigned short *outb, int hq, int hkv, int page_rows, float scale, \
-        float *part
+        float *part, int *count
 #define ATTEND_PASS \
-    q, kc, vc, ke, ve, ptab, poff, last_pos, out, outb, hq, hkv, page_rows, scale, part
+    q, kc, vc, ke, ve, ptab, poff, last_pos, out, outb, hq, hkv, page_rows, scale, part, count
 // per code kind and head_dim (32, 64, 128, 256): attend_<kind>_<D> (one block per row and
-// head) and attend_<kind>_<D>_split (one per row, head and group; then attend_merge_<D>)
+// head) and attend_<kind>_<D>_split (one per row, head and group; the last group's block
+// to finish merges)
 // (launch bounds: at D = 256 a block has 1024 threads, which caps a thread at 64 registers)
 #define ATTEND_KERNEL(NAME, KIND, D)                                          \
     __global__ void __launch_bounds__(ATT_NG * D) NAME##_##D(ATTEND_ARGS) {      \
@@ -250,17 +271,10 @@ extern "C" {
         PDL_ENTRY();                                                          \
         attend_paged<KIND, D, true>(ATTEND_PASS);                             \
     }
-#define ATTEND_KERNELS(D)                                                            \
-    ATTEND_KERNEL(attend_f32, KIND_F32, D)                                          \
-    ATTEND_KERNEL(attend_bf16, KIND_BF16, D)                                        \
-    ATTEND_KERNEL(attend_fp8, KIND_FP8, D)                                          \
-    __global__ void __launch_bounds__(D)                                            \
-        attend_merge_##D(const float* part, float* out, unsigned short* outb, int hq) { \
-        PDL_ENTRY();                                                                 \
-        const float* p = part + ((long long)blockIdx.x * hq + blockIdx.y) * ATT_NG * (D + 2); \
-        attend_finish<D>(p, p + ATT_NG, p + 2 * ATT_NG, threadIdx.x, out, outb,      \
-                         ((long long)blockIdx.x * hq + blockIdx.y) * D);             \
-    }
+#define ATTEND_KERNELS(D)                   \
+    ATTEND_KERNEL(attend_f32, KIND_F32, D)   \
+    ATTEND_KERNEL(attend_bf16, KIND_BF16, D) \
+    ATTEND_KERNEL(attend_fp8, KIND_FP8, D)
 ATTEND_KERNELS(32)
 ATTEND_KERNELS(64)
 ATTEND_KERNELS(128)

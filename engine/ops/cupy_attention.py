@@ -1,9 +1,11 @@
 """Launching the paged attention kernels (cupy_attend.cu) for CupyOps.attend.
 
 A launch of few (row, head) pairs leaves most SMs idle with one block per pair, so below
-`options.attend_split` pairs each key group gets its own block and a merge kernel combines
-the groups in group order with the same float operations: the same bits either way
-(tests/engine/test_cupy_backend.py), so the choice may depend on the launch's shape.
+`options.attend_split` pairs each key group gets its own block, and the pair's block that
+finishes last combines the groups in group order with the same float operations: the same
+bits either way (tests/engine/test_cupy_backend.py), so the choice may depend on the launch's
+shape. The last block is elected by a counter per pair (`CupyOps.split_counters`: zero
+between launches, each merging block sets its own back), in one launch instead of two.
 """
 
 from __future__ import annotations
@@ -56,12 +58,14 @@ def attend(ops: Any, kind: str, q: Any, kc: Any, vc: Any, ke: Any, ve: Any, meta
     outb = twin if twin is not None else NULL
     sizes = (np.int32(hq), np.int32(hkv), np.int32(page_rows), np.float32(1.0 / np.sqrt(d)))
     args = (q, kc, vc, ke, ve, ptab, poff, last, out, outb, *sizes)
-    if n * hq < ops.options.attend_split:  # one block per group, then the merge
+    if n * hq < ops.options.attend_split:  # one block per group; the last one merges
         part = cp.empty(n * hq * GROUPS * (d + 2), dtype=cp.float32)
         shared = split_shared(kind, d)
-        ops.attend_k[kind, d, "_split"]((n, hq, GROUPS), (d,), (*args, part), shared_mem=shared)
-        ops.merge_k[d]((n, hq), (d,), (part, out, outb, np.int32(hq)))
+        count = ops.split_counters(n * hq)
+        ops.attend_k[kind, d, "_split"](
+            (n, hq, GROUPS), (d,), (*args, part, count), shared_mem=shared
+        )
     else:
         shared = (d + 5 * GROUPS * d + 2 * GROUPS) * 4
-        ops.attend_k[kind, d, ""]((n, hq), (d * GROUPS,), (*args, NULL), shared_mem=shared)
+        ops.attend_k[kind, d, ""]((n, hq), (d * GROUPS,), (*args, NULL, NULL), shared_mem=shared)
     return out

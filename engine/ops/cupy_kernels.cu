@@ -3,7 +3,8 @@
 // Every reduction has one fixed order that depends only on the row being computed (its
 // length, its absolute position), never on how many rows a launch holds or where the row
 // sits among them: one block per row (or per row and head), per-thread partial sums in
-// index order, then a shared-memory tree of fixed shape. No atomics, no split reductions.
+// index order, then a shared-memory tree of fixed shape. No value passes through an atomic
+// (the split attention's counter only elects the block that merges: cupy_attend.cu).
 
 // Programmatic dependent launch (cupy_launch.py): every kernel starts by waiting for the grid
 // before it to complete and its memory to be visible (griddepcontrol.wait: at once where the
@@ -96,15 +97,10 @@ __global__ void to_bf16(const float* x, unsigned short* y, long long n_in, long 
     if (i < n_out) y[i] = i < n_in ? f32_to_bf16(x[i]) : (unsigned short)0;
 }
 
-// y = x * (1 / sqrt(mean(x^2) + eps)) * w over the last axis of `cols`; one block per row.
-// Where yb is not null, the same values as bf16 bits too (what to_bf16 would make of y: the
-// input of the GEMM that follows, so it needs no conversion launch of its own).
-__global__ void rms_norm(const float* x, const float* w, float* y, unsigned short* yb, int cols,
-                         float eps) {
-    PDL_ENTRY();
-    extern __shared__ float red[];
-    const float* xr = x + (long long)blockIdx.x * cols;
-    float* yr = y + (long long)blockIdx.x * cols;
+// One row of `cols` floats at xr normed into yr (and its bf16 bits into ybr where not null):
+// y = x * (1 / sqrt(mean(x^2) + eps)) * w, per-thread sums in index order, then the tree.
+__device__ __forceinline__ void norm_row(const float* xr, const float* w, float* yr,
+                                         unsigned short* ybr, int cols, float eps, float* red) {
     float part = 0.0f;
     for (int i = threadIdx.x; i < cols; i += blockDim.x) part = part + xr[i] * xr[i];
     float var = tree_sum(red, part) / (float)cols;
@@ -112,8 +108,34 @@ __global__ void rms_norm(const float* x, const float* w, float* y, unsigned shor
     for (int i = threadIdx.x; i < cols; i += blockDim.x) {
         const float v = (xr[i] * inv) * w[i];
         yr[i] = v;
-        if (yb) yb[(long long)blockIdx.x * cols + i] = f32_to_bf16(v);
+        if (ybr) ybr[i] = f32_to_bf16(v);
     }
+}
+
+// y = x * (1 / sqrt(mean(x^2) + eps)) * w over the last axis of `cols`; one block per row.
+// Where yb is not null, the same values as bf16 bits too (what to_bf16 would make of y: the
+// input of the GEMM that follows, so it needs no conversion launch of its own).
+__global__ void rms_norm(const float* x, const float* w, float* y, unsigned short* yb, int cols,
+                         float eps) {
+    PDL_ENTRY();
+    extern __shared__ float red[];
+    const long long off = (long long)blockIdx.x * cols;
+    norm_row(x + off, w, y + off, yb ? yb + off : nullptr, cols, eps, red);
+}
+
+// The MTP layer's input in one launch: row r of y [n, 2 cols] is rms_norm(table[ids[r]], we)
+// then rms_norm(hidden[r], wh) (embed, two rms_norm launches and a concatenation otherwise,
+// with their bits), and its bf16 bits into yb where not null. One block per row, of the
+// thread count rms_norm takes at `cols`.
+__global__ void embed_norm_concat(const float* table, const long long* ids, const float* hidden,
+                                  const float* we, const float* wh, float* y, unsigned short* yb,
+                                  int cols, float eps) {
+    PDL_ENTRY();
+    extern __shared__ float red[];
+    const long long r = blockIdx.x, off = r * 2 * cols;
+    norm_row(table + ids[r] * cols, we, y + off, yb ? yb + off : nullptr, cols, eps, red);
+    norm_row(hidden + r * cols, wh, y + off + cols, yb ? yb + off + cols : nullptr, cols, eps,
+             red);
 }
 
 // s = a + b, then y = rms_norm(s) (and its bf16 bits where yb is not null): the same float
@@ -154,25 +176,17 @@ __global__ void rope(const float* x, const float* cos_t, const float* sin_t, flo
     y[base + half + j] = x2 * c + x1 * s;
 }
 
-// q and k of one qkv output row [n, stride] (q heads, then k heads, adjacent, D floats each):
-// each head RMS-normed with its weight (qw for q heads, kw for k heads), then roped; written to
-// q [n, hq, D] and k [n, hkv, D]. One block of D threads per (row, head); the norm is rms_norm's
-// arithmetic at cols = D (a power of two <= 256: one element a thread, the same tree), the
-// rotation rope's. One launch in place of copy, norm and RoPE of q and of k.
-__global__ void qk_norm_rope(const float* qkv, long long stride, const float* qw, const float* kw,
-                             const float* cos_t, const float* sin_t, float* qo, float* ko,
-                             int hq, int hkv, float eps) {
-    PDL_ENTRY();
-    extern __shared__ float red[];  // D floats for the tree, then D for the normed head
+// One head of D floats (x: this thread's element) RMS-normed with weight w, then roped at the
+// row's cos/sin: rms_norm's arithmetic at cols = D (a power of two <= 256: one element a
+// thread, the same tree) and rope's rotation. red: 2 D shared floats. Block-wide barriers.
+__device__ __forceinline__ float norm_rope_head(float x, const float* w, const float* cos_t,
+                                                const float* sin_t, long long row, float eps,
+                                                float* red) {
     const int D = blockDim.x, t = threadIdx.x, half = D / 2;
-    const long long row = blockIdx.x;
-    const int hh = blockIdx.y;
-    const bool is_q = hh < hq;
-    const float x = qkv[row * stride + (long long)hh * D + t];
     const float var = tree_sum(red, 0.0f + x * x) / (float)D;
     const float inv = 1.0f / sqrtf(var + eps);
     float* nrm = red + D;
-    nrm[t] = (x * inv) * (is_q ? qw : kw)[t];
+    nrm[t] = (x * inv) * w[t];
     __syncthreads();
     const int j = t < half ? t : t - half;
     const float c = cos_t[row * half + j], s = sin_t[row * half + j];
@@ -184,6 +198,24 @@ __global__ void qk_norm_rope(const float* qkv, long long stride, const float* qw
         const float x1 = nrm[j], x2 = nrm[t];
         y = x2 * c + x1 * s;
     }
+    return y;
+}
+
+// q and k of one qkv output row [n, stride] (q heads, then k heads, adjacent, D floats each):
+// each head RMS-normed with its weight (qw for q heads, kw for k heads), then roped; written to
+// q [n, hq, D] and k [n, hkv, D]. One block of D threads per (row, head). One launch in place
+// of copy, norm and RoPE of q and of k.
+__global__ void qk_norm_rope(const float* qkv, long long stride, const float* qw, const float* kw,
+                             const float* cos_t, const float* sin_t, float* qo, float* ko,
+                             int hq, int hkv, float eps) {
+    PDL_ENTRY();
+    extern __shared__ float red[];  // D floats for the tree, then D for the normed head
+    const int D = blockDim.x, t = threadIdx.x;
+    const long long row = blockIdx.x;
+    const int hh = blockIdx.y;
+    const bool is_q = hh < hq;
+    const float x = qkv[row * stride + (long long)hh * D + t];
+    const float y = norm_rope_head(x, is_q ? qw : kw, cos_t, sin_t, row, eps, red);
     if (is_q)
         qo[(row * hq + hh) * D + t] = y;
     else
@@ -205,12 +237,11 @@ __global__ void silu_mul(const float* gate, const float* up, float* y, unsigned 
     if (yb) yb[i] = f32_to_bf16(v);
 }
 
-// Encode one head of one row (D floats at x, blockDim.x == D) into codes row dst_row; the
-// bytes equal engine/kv/codec.py's.
-__device__ __forceinline__ void store_head(const float* x, long long dst_row, void* codes,
-                                           signed char* exps, int kind, float* red) {
+// Encode one head of one row (this thread's value v, blockDim.x == D) into codes row dst_row;
+// the bytes equal engine/kv/codec.py's.
+__device__ __forceinline__ void store_value(float v, long long dst_row, void* codes,
+                                            signed char* exps, int kind, float* red) {
     const int D = blockDim.x, t = threadIdx.x;
-    float v = x[t];
     if (kind == KIND_F32) {
         ((float*)codes)[dst_row * D + t] = v;
     } else if (kind == KIND_BF16) {
@@ -224,6 +255,11 @@ __device__ __forceinline__ void store_head(const float* x, long long dst_row, vo
         ((unsigned char*)codes)[dst_row * D + t] = f32_to_e4m3(scaled);
         if (t == 0) exps[dst_row] = (signed char)ex;
     }
+}
+
+__device__ __forceinline__ void store_head(const float* x, long long dst_row, void* codes,
+                                           signed char* exps, int kind, float* red) {
+    store_value(x[threadIdx.x], dst_row, codes, exps, kind, red);
 }
 
 // Encode rows k/v [n, Hkv, D] into their slots (page * page_rows + row) of the pages
@@ -249,6 +285,32 @@ __global__ void kv_store2(const float* k, long long kstride, void* kc, signed ch
     const float* src = (is_k ? k + (long long)blockIdx.x * kstride
                              : v + (long long)blockIdx.x * vstride) + (long long)h * blockDim.x;
     store_head(src, slots[blockIdx.x] * hkv + h, is_k ? kc : vc, is_k ? ke : ve, kind, red);
+}
+
+// qk_norm_rope and kv_store2 of one qkv output in one launch: blocks (row, head) over
+// hq + 2 hkv heads; a q head is normed, roped and written to qo as qk_norm_rope writes it; a k
+// head is normed and roped the same way and its value encoded into its slot of kc/ke, and a v
+// head (the qkv row's as it is) into vc/ve, with kv_store2's bytes. No k or v array between.
+__global__ void qkv_norm_rope_store(const float* qkv, long long stride, const float* qw,
+                                    const float* kw, const float* cos_t, const float* sin_t,
+                                    float* qo, void* kc, signed char* ke, void* vc,
+                                    signed char* ve, const long long* slots, int kind, int hq,
+                                    int hkv, float eps) {
+    PDL_ENTRY();
+    extern __shared__ float red[];  // 2 D floats (norm_rope_head; store_value uses D)
+    const int D = blockDim.x, t = threadIdx.x;
+    const long long row = blockIdx.x;
+    const int hh = blockIdx.y;
+    const float x = qkv[row * stride + (long long)hh * D + t];
+    if (hh >= hq + hkv) {
+        store_value(x, slots[row] * hkv + (hh - hq - hkv), vc, ve, kind, red);
+        return;
+    }
+    const float y = norm_rope_head(x, hh < hq ? qw : kw, cos_t, sin_t, row, eps, red);
+    if (hh < hq)
+        qo[(row * hq + hh) * D + t] = y;
+    else
+        store_value(y, slots[row] * hkv + (hh - hq), kc, ke, kind, red);
 }
 
 }  // extern "C"

@@ -9,6 +9,7 @@ is read from the same pages, with the same bytes, as the stream that wrote it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import cupy as cp
@@ -16,10 +17,21 @@ import numpy as np
 
 from engine.errors import InputError
 from engine.kv import codec
-from engine.ops.base import KVSegment
+from engine.ops.base import KVSegment, StoredAttend
 
 CODE_DTYPES = {"bf16": cp.uint16, "fp8": cp.uint8, "f32": cp.float32}
 KINDS = {"f32": 0, "bf16": 1, "fp8": 2}  # the code kind as the kernels take it
+
+
+@dataclass(frozen=True)
+class KVTarget:
+    """Where a step's K/V rows go: (codes, fp8 exponents or None) of K and of V, each row's
+    slot (device int64), and the code kind (CupyOps.qk_norm_rope_store)."""
+
+    k: tuple[Any, Any]
+    v: tuple[Any, Any]
+    slots: Any
+    kind: str
 
 
 class CupyKV:
@@ -154,13 +166,21 @@ class CupyKV:
         poff = np.arange(rows, dtype=np.int32) * lp
         return {"slots": slots, "ptab": ptab.reshape(-1), "poff": poff, "last": last}
 
-    def store_attend_fixed(self, layer: int, placed: dict[str, Any], q: Any, k: Any, v: Any) -> Any:
-        """store_attend for a step placed by `fixed_rows` (its arrays on the device)."""
-        self.store_kv(layer, k, v, placed["slots"])
+    def fixed_attend(self, layer: int, placed: dict[str, Any]) -> StoredAttend:
+        """store_attend of `layer` for a step placed by `fixed_rows` (its arrays on the
+        device), its store fusable into the q/k norm launch."""
         ke = self.k_exp[layer] if self.k_exp else None
         ve = self.v_exp[layer] if self.v_exp else None
+        kc, vc, slots = self.k[layer], self.v[layer], placed["slots"]
         meta = (placed["ptab"], placed["poff"], placed["last"], self.page_rows)
-        return self.ops.attend(self.kind, q, self.k[layer], self.v[layer], ke, ve, meta)
+
+        def store(k: Any, v: Any) -> None:
+            store_rows(self.ops, k, v, (kc, ke), (vc, ve), slots, self.kind)
+
+        def attend(q: Any) -> Any:
+            return self.ops.attend(self.kind, q, kc, vc, ke, ve, meta)
+
+        return StoredAttend(KVTarget((kc, ke), (vc, ve), slots, self.kind), store, attend)
 
     def store_kv(self, layer: int, k: Any, v: Any, slots: Any) -> None:
         """`store` of k and of v [n, Hkv, D] into `slots` of `layer`, in one launch (the

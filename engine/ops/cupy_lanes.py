@@ -14,7 +14,8 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
-from engine.ops.cupy_kv import store_rows
+from engine.ops.base import StoredAttend
+from engine.ops.cupy_kv import KVTarget, store_rows
 
 
 class CupyLanes:
@@ -84,7 +85,7 @@ class CupyLanes:
         self, items: list[tuple[int, int, int]], rows: int
     ) -> dict[str, np.ndarray] | None:
         """Host arrays that place (lane, start, count) items in a step of exactly `rows` rows
-        for `store_attend_fixed`: each row's slot, its lane as its one page, and its last
+        for `fixed_attend`: each row's slot, its lane as its one page, and its last
         visible position (its own: causal); padding rows go to the scratch lane. None where
         the items do not fit."""
         slots = np.full(rows, self.scratch * self.rows, dtype=np.int64)
@@ -102,10 +103,17 @@ class CupyLanes:
         poff = np.arange(rows, dtype=np.int32)
         return {"lane_slots": slots, "lane_ptab": ptab, "lane_poff": poff, "lane_last": last}
 
-    def store_attend_fixed(self, layer: int, placed: dict[str, Any], q: Any, k: Any, v: Any) -> Any:
+    def fixed_attend(self, layer: int, placed: dict[str, Any]) -> StoredAttend:
         """`put` of the placed rows' k, v [rows, Hkv, D], then their attention (as
-        `attend_many` gives it), for rows placed by `fixed_rows` (its arrays on the device)."""
-        kdst, vdst = (self.k[layer], None), (self.v[layer], None)
-        store_rows(self.ops, k, v, kdst, vdst, placed["lane_slots"], "f32")
+        `attend_many` gives it), for rows placed by `fixed_rows` (its arrays on the device);
+        the put fusable into the q/k norm launch."""
+        kc, vc, slots = self.k[layer], self.v[layer], placed["lane_slots"]
         meta = (placed["lane_ptab"], placed["lane_poff"], placed["lane_last"], self.rows)
-        return self.ops.attend("f32", q, self.k[layer], self.v[layer], None, None, meta)
+
+        def store(k: Any, v: Any) -> None:
+            store_rows(self.ops, k, v, (kc, None), (vc, None), slots, "f32")
+
+        def attend(q: Any) -> Any:
+            return self.ops.attend("f32", q, kc, vc, None, None, meta)
+
+        return StoredAttend(KVTarget((kc, None), (vc, None), slots, "f32"), store, attend)

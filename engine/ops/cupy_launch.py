@@ -107,11 +107,11 @@ def pdl_body(ops: Any, body: Callable[[Any, Any], Any]) -> Callable[[Any, Any], 
         return body
 
     def with_pdl(owner: Any, dev: Any) -> Any:
-        plain = ops.k, ops.attend_k, ops.merge_k
-        ops.k, ops.attend_k, ops.merge_k = ops.pdl_kernels
+        plain = ops.k, ops.attend_k
+        ops.k, ops.attend_k = ops.pdl_kernels
         try:
             return body(owner, dev)
         finally:
-            ops.k, ops.attend_k, ops.merge_k = plain
+            ops.k, ops.attend_k = plain
 
     return with_pdl

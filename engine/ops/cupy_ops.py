@@ -27,7 +27,7 @@ import ml_dtypes
 import numpy as np
 
 from engine.errors import EngineFailure
-from engine.ops import cupy_attention, cupy_gemm, cupy_moe, cupy_rows
+from engine.ops import cupy_attention, cupy_gemm, cupy_heads, cupy_moe, cupy_norms, cupy_rows
 from engine.ops.cupy_attention import ATTEND_HEAD_DIMS
 from engine.ops.cupy_blas import Cublas
 from engine.ops.cupy_graph import Body, StepGraph, StepGraphs
@@ -70,10 +70,6 @@ def _ptr(a: Any) -> Any:
     return a if a is not None else np.uint64(0)
 
 
-def _plain(a: Any) -> bool:
-    return isinstance(a, cp.ndarray) and a.dtype == F32 and a.flags.c_contiguous
-
-
 def _unit_cols(a: Any) -> Any:
     """A float32 2-D array whose columns are adjacent (rows may be apart)."""
     if a.dtype != F32 or a.ndim != 2 or a.strides[1] != 4 or a.strides[0] % 4:
@@ -100,9 +96,9 @@ class CupyOps:
         self.k = {
             n: self.module.get_function(n)
             for n in (
-                "to_bf16", "rms_norm", "add_rms_norm", "rope", "silu_mul", "kv_store",
-                "kv_store2", "qk_norm_rope", "expert_gemv", "moe_route", "moe_gate_up",
-                "moe_down", *cupy_gemm.KERNELS, *cupy_gemm.MMA_KERNELS,
+                "to_bf16", "rms_norm", "add_rms_norm", "embed_norm_concat", "rope", "silu_mul",
+                "kv_store", "kv_store2", "qk_norm_rope", "qkv_norm_rope_store", "expert_gemv",
+                "moe_route", "moe_gate_up", "moe_down", *cupy_gemm.KERNELS, *cupy_gemm.MMA_KERNELS,
             )
         }  # fmt: skip
         self.attend_k = {
@@ -111,9 +107,11 @@ class CupyOps:
             for d in ATTEND_HEAD_DIMS
             for split in ("", "_split")
         }
-        self.merge_k = {d: self.module.get_function(f"attend_merge_{d}") for d in ATTEND_HEAD_DIMS}
         cupy_attention.allow_shared(self.attend_k)
-        self.pdl_kernels = pdl_kernels(self.k, self.attend_k, self.merge_k)
+        self.pdl_kernels = pdl_kernels(self.k, self.attend_k)
+        # the split attention's counters (cupy_attention.py); earlier ones stay alive for the
+        # graphs captured with them
+        self._counters: list[Any] = [cp.zeros(max(1, self.options.attend_split), dtype=cp.int32)]
         self.blas = Cublas()
         # provenance: GPU, NVIDIA driver, CUDA driver API and runtime, cuBLAS, CuPy
         self.info = device_info(self.blas.version)
@@ -221,35 +219,15 @@ class CupyOps:
         return table[ids]
 
     def rms_norm(self, x: Any, w: Any, eps: float) -> Any:
-        x = cp.ascontiguousarray(x, dtype=F32)
-        cols = x.shape[-1]
-        rows = x.size // cols
-        y = cp.empty_like(x)
-        if rows:
-            yb = self._bf16_out(y)
-            threads = 256 if cols >= 256 else 1 << max(0, (cols - 1).bit_length())
-            self.k["rms_norm"](
-                (rows,), (threads,), (x, w, y, _ptr(yb), np.int32(cols), np.float32(eps)),
-                shared_mem=threads * 4,
-            )  # fmt: skip
-        return y
+        return cupy_norms.rms_norm(self, x, w, eps)
 
     def add_rms_norm(self, a: Any, b: Any, w: Any, eps: float) -> tuple[Any, Any] | None:
-        """(a + b, rms_norm(a + b, w)) in one launch, with the bits of add then rms_norm;
-        None (the caller runs the two) where a or b is not a contiguous float32 matrix."""
-        if a.ndim != 2 or a.shape != b.shape or not all(_plain(t) for t in (a, b)):
-            return None
-        rows, cols = a.shape
-        s = cp.empty_like(a)
-        y = cp.empty_like(a)
-        if rows:
-            yb = self._bf16_out(y)
-            threads = 256 if cols >= 256 else 1 << max(0, (cols - 1).bit_length())
-            self.k["add_rms_norm"](
-                (rows,), (threads,), (a, b, s, w, y, _ptr(yb), np.int32(cols), np.float32(eps)),
-                shared_mem=threads * 4,
-            )  # fmt: skip
-        return s, y
+        return cupy_norms.add_rms_norm(self, a, b, w, eps)
+
+    def embed_norm_concat(
+        self, table: Any, ids: Any, hidden: Any, we: Any, wh: Any, eps: float
+    ) -> Any | None:
+        return cupy_norms.embed_norm_concat(self, table, ids, hidden, we, wh, eps)
 
     def rope(self, x: Any, cos: Any, sin: Any) -> Any:
         x = cp.ascontiguousarray(x, dtype=F32)
@@ -264,22 +242,18 @@ class CupyOps:
     def qk_norm_rope(
         self, qkv: Any, hq: int, hkv: int, qw: Any, kw: Any, eps: float, cos: Any, sin: Any
     ) -> tuple[Any, Any] | None:
-        """q [n, hq, D] and k [n, hkv, D] of a qkv output [n, (hq + 2 hkv) D], each head
-        RMS-normed and roped, in one launch (project_qkv's rope(rms_norm(.)) otherwise); None
-        where the head dim does not suit the kernel."""
-        n, cols = qkv.shape
-        d = cols // (hq + 2 * hkv)
-        if d not in ATTEND_HEAD_DIMS or qkv.dtype != F32 or qkv.strides[1] != 4:
-            return None
-        q = cp.empty((n, hq, d), dtype=F32)
-        k = cp.empty((n, hkv, d), dtype=F32)
-        if n:
-            args = (qkv, np.int64(qkv.strides[0] // 4), qw, kw, cos, sin, q, k)
-            self.k["qk_norm_rope"](
-                (n, hq + hkv), (d,), (*args, np.int32(hq), np.int32(hkv), np.float32(eps)),
-                shared_mem=2 * d * 4,
-            )  # fmt: skip
-        return q, k
+        return cupy_heads.qk_norm_rope(self, qkv, hq, hkv, qw, kw, eps, cos, sin)
+
+    def qk_norm_rope_store(
+        self, qkv: Any, hq: int, hkv: int, qw: Any, kw: Any, eps: float, *cos_sin_target: Any
+    ) -> Any | None:
+        return cupy_heads.qk_norm_rope_store(self, qkv, hq, hkv, qw, kw, eps, *cos_sin_target)
+
+    def split_counters(self, pairs: int) -> Any:
+        """At least `pairs` int32 counters, all zero between launches (cupy_attention.py)."""
+        if self._counters[-1].size < pairs:
+            self._counters.append(cp.zeros(pairs, dtype=cp.int32))
+        return self._counters[-1]
 
     def silu_mul(self, gate: Any, up: Any) -> Any:
         gate, up = _unit_cols(gate), _unit_cols(up)

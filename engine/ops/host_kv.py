@@ -92,5 +92,5 @@ class HostKV:
         """Host memories have no fixed-shape steps: every step runs through store_attend."""
         return None
 
-    def store_attend_fixed(self, layer: int, placed: dict, q: Any, k: Any, v: Any) -> Any:
+    def fixed_attend(self, layer: int, placed: dict) -> Any:
         raise EngineFailure("host KV memory: no fixed-shape steps (fixed_rows gave none)")

@@ -147,6 +147,12 @@ class NumpyOps:
     def qk_norm_rope(self, *qkv_heads_norms_rope: object) -> None:
         return None  # not fused: the forward norms and ropes q and k op by op
 
+    def qk_norm_rope_store(self, *qkv_heads_norms_rope_target: object) -> None:
+        return None  # not fused: the forward norms, ropes, then stores
+
+    def embed_norm_concat(self, *table_ids_hidden_norms: object) -> None:
+        return None  # not fused: embed, two norms, a concatenation
+
     graph_rows = 0  # no captured steps: the forward runs op by op
 
     def run_graph(self, *owner_key_inputs_body: object) -> None:

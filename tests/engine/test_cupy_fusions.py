@@ -1,0 +1,118 @@
+"""Fused launches of the cupy backend against the launches they replace (marked `gpu`):
+the q/k norms, RoPE and the K/V write in one launch, and the split attention that merges in
+its last block. Bit for bit: codes, exponents, q, attention output and its bf16 twin."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from engine.ops import cupy_problem
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(cupy_problem() is not None, reason=f"cupy backend: {cupy_problem()}"),
+]
+
+
+@pytest.fixture(scope="module")
+def ops():  # type: ignore[no-untyped-def]
+    from engine.ops.cupy_ops import CupyOps
+
+    return CupyOps()
+
+
+def _codes(kv, layer: int) -> list[bytes]:  # type: ignore[no-untyped-def]
+    arrays = [kv.k[layer], kv.v[layer]]
+    if kv.k_exp is not None:
+        arrays += [kv.k_exp[layer], kv.v_exp[layer]]
+    return [a.tobytes() for a in arrays]
+
+
+@pytest.mark.parametrize("kind", ["f32", "bf16", "fp8"])
+def test_norm_rope_store_equals_norm_rope_then_store(ops, kind) -> None:  # type: ignore[no-untyped-def]
+    """qk_norm_rope_store == qk_norm_rope, then store_rows of k and of v (a slice of qkv):
+    q's bits and every stored byte, at head dims 64 and 128, 1-9 rows, padding rows in the
+    scratch page."""
+    import cupy as cp
+
+    from engine.ops.cupy_kv import KVTarget, store_rows
+
+    rng = np.random.default_rng(5)
+    for d, hq, hkv, n in ((64, 4, 2, 1), (64, 4, 2, 9), (128, 16, 8, 8), (128, 8, 8, 3)):
+        pages, page_rows = 6, 16
+        one, two = (ops.new_kv(2, pages, page_rows, hkv, d, kind, 1, 64) for _ in "12")
+        qkv = ops.asarray(3 * rng.standard_normal((n, (hq + 2 * hkv) * d)).astype(np.float32))
+        qw, kw = (ops.asarray(rng.standard_normal(d).astype(np.float32)) for _ in "qk")
+        cos, sin = (ops.asarray(rng.standard_normal((n, d // 2)).astype(np.float32)) for _ in "cs")
+        slots_host = rng.choice(pages * page_rows, n, replace=False).astype(np.int64)
+        slots_host[-1] = one.scratch * page_rows  # a padding row: the scratch page
+        slots = cp.asarray(slots_host)
+        q1, k1 = ops.qk_norm_rope(qkv, hq, hkv, qw, kw, 1e-6, cos, sin)
+        v = qkv[:, (hq + hkv) * d :].reshape(n, hkv, d)
+        ke1 = one.k_exp[1] if one.k_exp else None
+        ve1 = one.v_exp[1] if one.v_exp else None
+        store_rows(ops, k1, v, (one.k[1], ke1), (one.v[1], ve1), slots, kind)
+        ke2 = two.k_exp[1] if two.k_exp else None
+        ve2 = two.v_exp[1] if two.v_exp else None
+        target = KVTarget((two.k[1], ke2), (two.v[1], ve2), slots, kind)
+        q2 = ops.qk_norm_rope_store(qkv, hq, hkv, qw, kw, 1e-6, cos, sin, target)
+        assert q2.tobytes() == q1.tobytes(), (d, n)
+        assert _codes(two, 1) == _codes(one, 1), (d, n)
+        assert _codes(two, 0) == _codes(one, 0)  # the other layer untouched
+
+
+@pytest.mark.parametrize("kind", ["f32", "bf16"])
+def test_split_attention_merges_in_its_last_block(ops, monkeypatch, kind) -> None:  # type: ignore[no-untyped-def]
+    """The split launch (its last block merging) == the one-block-per-pair launch, launch
+    after launch: each merging block sets its counter back, so a second and third launch
+    over the same counters elect again (all counters read zero after each)."""
+    import cupy as cp
+
+    rng = np.random.default_rng(17)
+    pages, page_rows, hq, hkv, d, n = 12, 32, 8, 2, 128, 5
+    shape = ((pages + 1) * page_rows, hkv, d)  # the scratch page too
+    kv = ops.new_kv(1, pages, page_rows, hkv, d, kind, 1, pages * page_rows)
+    for codes in (kv.k[0], kv.v[0]):
+        x = rng.standard_normal(shape).astype(np.float32)
+        codes[...] = cp.asarray(x if kind == "f32" else _bf16_bits(x))
+    ptab = cp.asarray(rng.permutation(pages).astype(np.int32))
+    last = cp.asarray(np.array([0, 127, 128, 300, pages * page_rows - 1], dtype=np.int32))
+    meta = (ptab, cp.zeros(n, dtype=cp.int32), last, page_rows)
+    q = cp.asarray(rng.standard_normal((n, hq, d)).astype(np.float32))
+    got = {}
+    for split in (0, 10**6, 10**6, 10**6):
+        monkeypatch.setattr(ops, "options", dataclasses.replace(ops.options, attend_split=split))
+        out = ops.attend(kind, q, kv.k[0], kv.v[0], None, None, meta)
+        twin = ops._bf16[1]
+        got.setdefault(split, []).append((out.tobytes(), twin.tobytes()))
+        assert not bool(ops.split_counters(1).any())
+    assert all(g == got[0][0] for g in got[10**6])
+
+
+def _bf16_bits(x: np.ndarray) -> np.ndarray:
+    import ml_dtypes
+
+    return x.astype(ml_dtypes.bfloat16).view(np.uint16)
+
+
+def test_embed_norm_concat_equals_its_ops(ops) -> None:  # type: ignore[no-untyped-def]
+    """The MTP input in one launch == embed, rms_norm of each half, concatenation; its bf16
+    twin == the conversion the fc linear would make (the linear's bits equal)."""
+    import cupy as cp
+
+    rng = np.random.default_rng(23)
+    for h, n in ((128, 1), (128, 8), (1024, 5), (96, 3)):
+        table = ops.asarray(rng.standard_normal((50, h)).astype(np.float32))
+        ids = cp.asarray(rng.integers(0, 50, n).astype(np.int64))
+        hidden = ops.asarray(rng.standard_normal((n, h)).astype(np.float32))
+        we, wh = (ops.asarray(rng.standard_normal(h).astype(np.float32)) for _ in "eh")
+        fused = ops.embed_norm_concat(table, ids, hidden, we, wh, 1e-6)
+        lin = ops.prepare_linear(rng.standard_normal((16, 2 * h)).astype(np.float32))
+        via_twin = ops.linear(fused, lin)
+        e = ops.rms_norm(ops.embed(table, ids), we, 1e-6)
+        plain = cp.concatenate([e, ops.rms_norm(hidden, wh, 1e-6)], axis=1)
+        assert fused.tobytes() == plain.tobytes(), (h, n)
+        assert via_twin.tobytes() == ops.linear(plain.copy(), lin).tobytes(), (h, n)
