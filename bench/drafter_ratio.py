@@ -2,6 +2,8 @@
 
     python bench/drafter_ratio.py --backend cupy --model fixtures/models/tiny-qwen3 \
         --drafter mtp --parallel 1 8 --pairs 9 [--draft-tokens 4] [--gen-tokens 256]
+    python bench/drafter_ratio.py ... --drafter block \
+        --drafter-model fixtures/models/tiny-qwen3-block
 
 A separate `engine bench` per side puts each side on its own process, machine state and
 minute: on a shared GPU host the plain rate moved 2.4k-3.4k tok/s between invocations (H200,
@@ -26,6 +28,8 @@ def bench_args(args: argparse.Namespace, drafter: str) -> argparse.Namespace:
     argv = ["bench", "--backend", args.backend, "--model", args.model, "--drafter", drafter]
     argv += ["--prompt-tokens", str(args.prompt_tokens), "--gen-tokens", str(args.gen_tokens)]
     argv += ["--draft-tokens", str(args.draft_tokens)]
+    if args.drafter_model and drafter != "none":
+        argv += ["--drafter-model", args.drafter_model]
     return build_parser().parse_args(argv)
 
 
@@ -36,6 +40,7 @@ def main() -> int:
     p.add_argument("--drafter", default="mtp")
     p.add_argument("--parallel", type=int, nargs="+", default=[1, 8])
     p.add_argument("--pairs", type=int, default=9)
+    p.add_argument("--drafter-model", default=None, help="the block drafter's directory")
     p.add_argument("--draft-tokens", type=int, default=4)
     p.add_argument("--prompt-tokens", type=int, default=16)
     p.add_argument("--gen-tokens", type=int, default=256)
