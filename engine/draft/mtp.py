@@ -262,12 +262,13 @@ class MtpDrafter(LaneDrafter):
         w = self.w
 
         def body(own: Any, dev: dict[str, Any]) -> tuple[Any, ...]:
-            return tuple(mtp_pass.fixed_chain(w, own, dev, (dev["ids"], dev["hidden"]), names))
+            picked = mtp_pass.fixed_chain(w, own, dev, (dev["ids"], dev["hidden"]), names)
+            return (mtp_pass.token_columns(ops, picked),)
 
         out = ops.run_graph(lanes, ("mtp-chain", rows, steps), inputs, body, np.arange(len(active)))
         if out is None:
             return None
-        return [[int(col[j]) for col in out] for j in range(len(active))]
+        return [[int(t) for t in row] for row in out[0]]
 
     def _fused_graph(self, active: list[Active], steps: int) -> list[list[int]] | None:
         """The waiting rows of every active stream and its draft positions 0..steps in one
@@ -299,7 +300,7 @@ class MtpDrafter(LaneDrafter):
         out = ops.run_graph(lanes, key, inputs, body, np.arange(len(active)))
         if out is None:
             return None
-        first, last, *more = out
+        tokens, last = out
         for j, (_, st) in enumerate(active):
-            st.y, st.draft, st.todo = last[j : j + 1], int(first[j]), None
-        return [[int(first[j]), *(int(col[j]) for col in more)] for j in range(len(active))]
+            st.y, st.draft, st.todo = last[j : j + 1], int(tokens[j, 0]), None
+        return [[int(t) for t in row] for row in tokens]

@@ -3,7 +3,8 @@
 A pass turns rows (a token and the hidden state before it, at a position of a stream's lane)
 into MTP outputs y and logits. A fixed-shape pass has its rows placed by the lane memory's
 `fixed_rows` (padding in a scratch lane) and its inputs named so that several passes fit one
-graph: the catch-up pass's placement under the plain names, chained pass i's under "name.i".
+graph: the catch-up pass's placement under the plain names, the chained passes' stacked under
+"chain.name" (pass i's at [i]).
 Every body runs the eager pass's ops on the same rows, so a row's bits are the eager bits.
 """
 
@@ -82,18 +83,21 @@ def chain_inputs(
     w: MtpWeights, lanes: Any, starts: list[tuple[int, int]], steps: int, rows: int
 ) -> tuple[dict[str, np.ndarray], tuple[str, ...]] | None:
     """Host inputs of `steps` chained one-row passes of the streams at (lane, position of
-    the first pass), `rows` rows each, and the names of a pass's placement (pass i's under
-    "name.i"); None where the lanes cannot place them."""
-    m, inputs, names = w.model, {}, ()
+    the first pass), `rows` rows each, and the names of a pass's placement: each name's
+    arrays of every pass stacked under "chain.name" (pass i's at [i]), cos and sin under
+    "chain.cos" and "chain.sin" (few arrays: one staging copy each). None where the lanes
+    cannot place them."""
+    m, placed_all, names = w.model, [], ()
+    pos = np.zeros((steps, rows), dtype=np.int64)
     for i in range(steps):
         placed = lanes.fixed_rows([(lane, p + i, 1) for lane, p in starts], rows)
         if placed is None:
             return None
         names = tuple(placed)
-        pos = np.zeros(rows, dtype=np.int64)
-        pos[: len(starts)] = [p + i for _, p in starts]
-        inputs.update({f"{name}.{i}": a for name, a in placed.items()})
-        inputs.update({f"cos.{i}": m.cos[pos], f"sin.{i}": m.sin[pos]})
+        placed_all.append(placed)
+        pos[i, : len(starts)] = [p + i for _, p in starts]
+    inputs = {f"chain.{n}": np.stack([pl[n] for pl in placed_all]) for n in names}
+    inputs.update({"chain.cos": m.cos[pos], "chain.sin": m.sin[pos]})
     return inputs, names
 
 
@@ -108,27 +112,32 @@ def fixed_chain(
     w: MtpWeights, lanes: Any, dev: dict[str, Any], start: tuple[Any, Any], names: Names
 ) -> list[Any]:
     """Chained one-row passes from (tokens, states) `start` (device rows): pass i's rows
-    placed by dev[name.i] for each of `names`, its greedy tokens picked on the device and
-    embedded by the next; the tokens of every pass."""
+    placed by dev["chain.name"][i] for each of `names`, its greedy tokens picked on the
+    device and embedded by the next; the tokens of every pass."""
     ops = w.model.ops
     ids, hidden = start
-    steps = sum(1 for n in dev if n.startswith("cos."))
     picked = []
-    for i in range(steps):
-        placed = {name: dev[f"{name}.{i}"] for name in names}
-        d = {"ids": ids, "hidden": hidden, "cos": dev[f"cos.{i}"], "sin": dev[f"sin.{i}"]}
+    for i in range(dev["chain.cos"].shape[0]):
+        placed = {name: dev[f"chain.{name}"][i] for name in names}
+        d = {"ids": ids, "hidden": hidden, "cos": dev["chain.cos"][i], "sin": dev["chain.sin"][i]}
         hidden = pass_rows(w, d, lanes.fixed_attend(0, placed))
         ids = ops.greedy_ids(pass_logits(w, hidden))
         picked.append(ids)
     return picked
 
 
+def token_columns(ops: Any, tokens: list[Any]) -> Any:
+    """Token rows [rows] side by side as [rows, len(tokens)]: one output, one copy back."""
+    return ops.concat_cols([t.reshape(-1, 1) for t in tokens])
+
+
 def fixed_catch_up_chain(
     w: MtpWeights, lanes: Any, dev: dict[str, Any], names: Names
-) -> tuple[Any, ...]:
-    """A catch-up pass and the chained passes after it in one body: each stream's greedy
-    token after its last caught-up row, that row's output y, then each chained pass's
-    tokens."""
+) -> tuple[Any, Any]:
+    """A catch-up pass and the chained passes after it in one body: each stream's tokens
+    [rows, 1 + passes] (its greedy token after its last caught-up row, then each chained
+    pass's), and that row's output y."""
     logits, last = fixed_pass(w, lanes, dev)
     first = w.model.ops.greedy_ids(logits)
-    return (first, last, *fixed_chain(w, lanes, dev, (first, last), names))
+    picked = fixed_chain(w, lanes, dev, (first, last), names)
+    return token_columns(w.model.ops, [first, *picked]), last
