@@ -19,7 +19,8 @@ import numpy as np
 from engine.draft import block_pass
 from engine.draft.lifecycle import LaneDrafter, attend_lanes
 from engine.errors import InputError
-from engine.model.qwen3 import build_layer, decoder_layer, project_qkv, rope_tables
+from engine.model.layer import decoder_layer, project_qkv
+from engine.model.qwen3 import build_layer, rope_tables
 from engine.model.weights import load_tensors
 
 

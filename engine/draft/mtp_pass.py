@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from engine.model.graph_shape import padded_rows
-from engine.model.qwen3 import decoder_layer
+from engine.model.layer import decoder_layer
 
 
 @dataclass(frozen=True)

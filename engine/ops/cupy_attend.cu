@@ -71,7 +71,7 @@ __host__ __device__ constexpr int code_bytes() { return KIND == KIND_F32 ? 4 : K
 // then each thread accumulates its output dimension over the chunk's keys (ATT_GV
 // interleaved partial sums, merged by a fixed tree). At the end the groups' (max, sum,
 // output) merge in group order. Every order depends on last[r] and D alone, never on other
-// rows; no atomics, nothing split across blocks.
+// rows; in this form no atomics and nothing split across blocks (SPLIT below).
 //
 // SPLIT: the same work with each group in its own block (blockIdx.z = g, D threads), for
 // launches of few (row, head) pairs, which would leave most SMs idle; a group writes its

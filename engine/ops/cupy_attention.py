@@ -5,7 +5,11 @@ A launch of few (row, head) pairs leaves most SMs idle with one block per pair, 
 finishes last combines the groups in group order with the same float operations: the same
 bits either way (tests/engine/test_cupy_backend.py), so the choice may depend on the launch's
 shape. The last block is elected by a counter per pair (`CupyOps.split_counters`: zero
-between launches, each merging block sets its own back), in one launch instead of two.
+between launches, each merging block sets its own back), in one launch instead of two. The
+counters are one array per backend, shared by eager launches and every captured graph: sound
+because no two attention launches run at once (one stream at a time; StepGraphs.run
+synchronizes before and after each replay). Graphs replayed concurrently on several streams
+would need counters of their own.
 """
 
 from __future__ import annotations

@@ -87,7 +87,6 @@ def test_padding_rows_stay_in_the_scratch_lane() -> None:
 
 def _run_block(model, graphs: bool, parallel: int, kv: str):  # type: ignore[no-untyped-def]
     from engine.config import EngineConfig
-    from engine.draft import block_pass
     from engine.draft.block import BlockDrafter
     from engine.lanes.engine import Engine
     from engine.lanes.request import Request
@@ -96,23 +95,20 @@ def _run_block(model, graphs: bool, parallel: int, kv: str):  # type: ignore[no-
     model.ops.graphs = graphs
     tok = Tokenizer(MODELS / "tiny-qwen3")
     drafter = BlockDrafter(model, str(MODELS / "tiny-qwen3-block"))
-    took = []
-    real = block_pass.propose_graph
+    took = []  # per proposal: whether it ran as a graph
+    real = drafter._propose_graph
 
     def counted(*a):  # type: ignore[no-untyped-def]
         out = real(*a)
         took.append(out is not None)
         return out
 
-    block_pass.propose_graph = counted
-    try:
-        cfg = EngineConfig(context=128, parallel=parallel, kv=kv, kv_pages=64, draft_tokens=4)
-        engine = Engine(model, cfg, drafter=drafter)
-        for i, p in enumerate(PROMPTS):
-            engine.submit(Request(id=str(i), prompt_ids=tok.encode(p), max_tokens=40, seed=i))
-        done = engine.run()
-    finally:
-        block_pass.propose_graph = real
+    drafter._propose_graph = counted
+    cfg = EngineConfig(context=128, parallel=parallel, kv=kv, kv_pages=64, draft_tokens=4)
+    engine = Engine(model, cfg, drafter=drafter)
+    for i, p in enumerate(PROMPTS):
+        engine.submit(Request(id=str(i), prompt_ids=tok.encode(p), max_tokens=40, seed=i))
+    done = engine.run()
     out = {s.req.id: (s.generated, s.drafted, s.accepted) for s in done}
     lanes = drafter.lanes
     live = lanes.scratch * lanes.rows
