@@ -36,6 +36,7 @@ from engine.ops.cupy_kv import KINDS, CupyKV
 from engine.ops.cupy_lanes import CupyLanes
 from engine.ops.cupy_launch import pdl_body, pdl_kernels
 from engine.ops.cupy_options import CupyOptions
+from engine.ops.grouped_concat import grouped_concat
 
 F32 = cp.float32
 # one module, in this order
@@ -300,10 +301,10 @@ class CupyOps:
         return cupy_moe.route(self, logits, k, norm)
 
     def concat_rows(self, parts: list[Any]) -> Any:
-        return parts[0] if len(parts) == 1 else cp.concatenate(parts, axis=0)
+        return grouped_concat(parts, 0, cp.concatenate)  # graph-safe: grouped_concat.py
 
     def concat_cols(self, parts: list[Any]) -> Any:
-        return cp.concatenate(parts, axis=1)
+        return grouped_concat(parts, 1, cp.concatenate)
 
     def take_rows(self, x: Any, rows: np.ndarray) -> Any:
         return x[cp.asarray(np.asarray(rows, dtype=np.int64))]

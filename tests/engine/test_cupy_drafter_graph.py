@@ -1,8 +1,8 @@
-"""The MTP and block drafters' passes as captured graphs on cupy (engine/draft/mtp.py: a
-round's waiting rows and its chained drafts in one `_fused_graph`; engine/draft/mtp_pass.py's
-and block_pass.py's bodies, engine/ops/cupy_lanes.py `fixed_rows`): the same drafts, accepted
-counts and replies as their eager passes, and the lane rows they leave are the same bytes
-(marked `gpu`; skipped where cupy cannot run)."""
+"""The MTP drafter's passes as captured graphs on cupy (engine/draft/mtp.py: a round's waiting
+rows and its chained drafts in one `_fused_graph`; engine/draft/mtp_pass.py's bodies,
+engine/ops/cupy_lanes.py `fixed_rows`): the same drafts, accepted counts and replies as its
+eager passes, and the lane rows they leave are the same bytes (marked `gpu`; skipped where
+cupy cannot run)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,9 @@ def _run(model, graphs: bool, parallel: int, kv: str, k: int):  # type: ignore[n
     return out, calls, [lanes.k[0][:live].get(), lanes.v[0][:live].get()]
 
 
-@pytest.mark.parametrize("parallel,kv,k", [(1, "bf16", 4), (4, "fp8", 3), (3, "bf16", 7)])
+@pytest.mark.parametrize(
+    "parallel,kv,k", [(1, "bf16", 4), (4, "fp8", 3), (3, "bf16", 7), (2, "bf16", 10)]
+)
 def test_mtp_passes_in_graphs_draft_what_eager_passes_draft(parallel, kv, k) -> None:  # type: ignore[no-untyped-def]
     from engine.model.loader import load_model
 
@@ -79,56 +81,5 @@ def test_padding_rows_stay_in_the_scratch_lane() -> None:
     assert placed["lane_slots"].tolist() == [37, 38, 0] + [48] * 5
     assert placed["lane_ptab"].tolist() == [2, 2, 0] + [3] * 5
     assert placed["lane_last"].tolist() == [5, 6, 0] + [0] * 5
-    block = lanes.fixed_rows([(1, 4, 3)], 8, causal=False)  # a block sees all its rows
-    assert block["lane_last"].tolist() == [6, 6, 6] + [0] * 5
     for bad in ([(3, 0, 1)], [(0, 15, 2)], [(0, 0, 9)]):
         assert lanes.fixed_rows(bad, 8) is None
-
-
-def _run_block(model, graphs: bool, parallel: int, kv: str):  # type: ignore[no-untyped-def]
-    from engine.config import EngineConfig
-    from engine.draft.block import BlockDrafter
-    from engine.lanes.engine import Engine
-    from engine.lanes.request import Request
-    from engine.model.tokenizer import Tokenizer
-
-    model.ops.graphs = graphs
-    tok = Tokenizer(MODELS / "tiny-qwen3")
-    drafter = BlockDrafter(model, str(MODELS / "tiny-qwen3-block"))
-    took = []  # per proposal: whether it ran as a graph
-    real = drafter._propose_graph
-
-    def counted(*a):  # type: ignore[no-untyped-def]
-        out = real(*a)
-        took.append(out is not None)
-        return out
-
-    drafter._propose_graph = counted
-    cfg = EngineConfig(context=128, parallel=parallel, kv=kv, kv_pages=64, draft_tokens=4)
-    engine = Engine(model, cfg, drafter=drafter)
-    for i, p in enumerate(PROMPTS):
-        engine.submit(Request(id=str(i), prompt_ids=tok.encode(p), max_tokens=40, seed=i))
-    done = engine.run()
-    out = {s.req.id: (s.generated, s.drafted, s.accepted) for s in done}
-    lanes = drafter.lanes
-    live = lanes.scratch * lanes.rows
-    rows = [a[:live].get() for a in lanes.k + lanes.v]
-    return out, took, rows
-
-
-@pytest.mark.parametrize("parallel,kv", [(1, "bf16"), (4, "fp8")])
-def test_block_proposals_in_graphs_draft_what_eager_proposals_draft(parallel, kv) -> None:  # type: ignore[no-untyped-def]
-    """The block drafter's proposal as one graph (engine/draft/block_pass.py): the same
-    drafts, accepted counts and replies as its eager proposal, the same lane bytes in every
-    drafter layer, and every proposal took the graph."""
-    from engine.model.loader import load_model
-
-    model = load_model(MODELS / "tiny-qwen3", "cupy")
-    eager, eager_took, eager_rows = _run_block(model, False, parallel, kv)
-    fixed, fixed_took, fixed_rows = _run_block(model, True, parallel, kv)
-    assert not any(eager_took)
-    assert fixed_took and all(fixed_took), "a proposal did not run as a graph"
-    assert fixed == eager
-    assert sum(a for _, _, a in fixed.values()) > 0
-    for a, b in zip(eager_rows, fixed_rows, strict=True):
-        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
