@@ -19,7 +19,7 @@ from engine.kv.plan import PagePlan
 from engine.lanes import calibrate, policy
 from engine.lanes.clock import Clock, RealClock
 from engine.lanes.request import Request
-from engine.lanes.sampling import device_greedy, logit_hash, logit_hashes, margin, sample
+from engine.lanes.sampling import device_greedy, logit_hashes, margin, row_hashes, sample
 from engine.lanes.stream import Stream
 from engine.model.qwen3 import Segment
 
@@ -364,14 +364,15 @@ class Engine:
                 tok = picks[0][i]
                 s.margins.append(picks[1][i])
             emitted.append(tok)
-            if self._hashes:
-                s.logit_hashes.append(
-                    first_hash if i == 0 and first_hash else logit_hash(logits[i])
-                )
             if tok in stops or len(s.generated) + len(emitted) >= limit:
                 break
             if i >= len(drafts) or tok != drafts[i]:
                 break
+        if self._hashes:  # the emitted rows' hashes in one pass
+            hashes = row_hashes(logits, len(emitted))
+            if first_hash and hashes:
+                hashes[0] = first_hash
+            s.logit_hashes.extend(hashes)
         if not s.prefilling and s.generated:  # a round: the pending row and accepted drafts
             s.fed += len(emitted)
         if drafts:

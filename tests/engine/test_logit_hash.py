@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.lanes.sampling import logit_hash, logit_hashes
+from engine.lanes.sampling import logit_hash, logit_hashes, row_hashes
 
 MASK = (1 << 64) - 1
 
@@ -144,3 +144,15 @@ def test_rows_hash_as_float32_whatever_their_type_or_shape() -> None:
     assert list(row_hash_words(rows.astype(np.float64))) == list(row_hash_words(rows))
     assert list(row_hash_words(np.asfortranarray(rows))) == list(row_hash_words(rows))
     assert margin(rows[1][None, :]) == margin(rows[1])
+
+
+def test_row_hashes_equal_one_by_one() -> None:
+    """A round's first n rows hashed at once == logit_hash of each: small host rows in one
+    pass, large ones on the pool, device rows from their kernel's words; none past n."""
+    rng = np.random.default_rng(12)
+    for vocab in (7, 1088, 40000):
+        logits = rng.standard_normal((5, vocab)).astype(np.float32)
+        for n in range(6):
+            assert row_hashes(logits, n) == [logit_hash(r) for r in logits[:n]], (vocab, n)
+    assert row_hashes(OnDevice([5, 6, 7]), 2) == ["0000000000000005", "0000000000000006"]
+    assert row_hashes(np.zeros((0, 4), dtype=np.float32), 0) == []
