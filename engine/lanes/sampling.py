@@ -99,6 +99,7 @@ def logit_hash(logits: Any) -> str:
 
 _POOL: tuple[int, ThreadPoolExecutor] | None = None  # (the process it was made in, pool)
 _PARALLEL_BYTES = 1 << 16  # host rows this large hash on threads (numpy lets go of the GIL)
+_LONG_ROW_BYTES = 1 << 16  # row_hashes: rows this large hash one by one, shorter in one pass
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -131,6 +132,6 @@ def row_hashes(logits: Any, n: int) -> list[str]:
     if on_device is not None:
         return [hash_hex(w) for w in on_device()[:n]]
     rows = np.asarray(logits[:n], dtype=np.float32)
-    if rows[0].nbytes >= _PARALLEL_BYTES:
+    if rows[0].nbytes >= _LONG_ROW_BYTES:
         return [logit_hash(r) for r in rows]
     return [hash_hex(w) for w in row_hash_words(rows)]

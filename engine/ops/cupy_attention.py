@@ -20,10 +20,10 @@ import cupy as cp
 import numpy as np
 
 from engine.errors import EngineFailure
+from engine.ops.cupy_launch import NULL, or_null
 
 ATTEND_HEAD_DIMS = (32, 64, 128, 256)  # attend_<kind>_<D> in cupy_attend.cu
 GROUPS = 4  # ATT_NG in cupy_kernels.cu
-NULL = np.uint64(0)
 CODE_BYTES = {"f32": 4, "bf16": 2, "fp8": 1}  # a stored code of each kind
 STAGE_DIMS = 128  # the split kernel stages a chunk's codes in shared memory up to this D
 
@@ -59,7 +59,7 @@ def attend(ops: Any, kind: str, q: Any, kc: Any, vc: Any, ke: Any, ve: Any, meta
     ke = ke if ke is not None else poff  # unread unless fp8
     ve = ve if ve is not None else poff
     twin = ops._bf16_out(flat)  # its bf16 bits too: no conversion launch
-    outb = twin if twin is not None else NULL
+    outb = or_null(twin)
     sizes = (np.int32(hq), np.int32(hkv), np.int32(page_rows), np.float32(1.0 / np.sqrt(d)))
     args = (q, kc, vc, ke, ve, ptab, poff, last, out, outb, *sizes)
     if n * hq < ops.options.attend_split:  # one block per group; the last one merges

@@ -10,9 +10,9 @@ import numpy as np
 
 from engine.ops.cupy_attention import ATTEND_HEAD_DIMS
 from engine.ops.cupy_kv import KINDS, KVTarget
+from engine.ops.cupy_launch import or_null
 
 F32 = cp.float32
-NULL = np.uint64(0)
 
 
 def _head_dim(qkv: Any, hq: int, hkv: int) -> int | None:
@@ -68,7 +68,7 @@ def qk_norm_rope_store(
         (kc, ke), (vc, ve) = target.k, target.v
         args = (
             qkv, np.int64(qkv.strides[0] // 4), qw, kw, cos, sin, q,
-            kc, NULL if ke is None else ke, vc, NULL if ve is None else ve, target.slots,
+            kc, or_null(ke), vc, or_null(ve), target.slots,
             np.int32(KINDS[target.kind]), np.int32(hq), np.int32(hkv), np.float32(eps),
         )  # fmt: skip
         ops.k["qkv_norm_rope_store"]((n, hq + 2 * hkv), (d,), args, shared_mem=2 * d * 4)

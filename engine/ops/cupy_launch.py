@@ -22,6 +22,14 @@ import numpy as np
 
 from engine.errors import EngineFailure
 
+NULL = np.uint64(0)
+
+
+def or_null(a: Any) -> Any:
+    """A kernel's optional array argument: the array, or a null pointer."""
+    return a if a is not None else NULL
+
+
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 _SCALARS = {
     np.dtype(np.int32): ctypes.c_int32,

@@ -9,8 +9,9 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
+from engine.ops.cupy_launch import or_null
+
 F32 = cp.float32
-NULL = np.uint64(0)
 
 
 def _threads(cols: int) -> int:
@@ -22,10 +23,6 @@ def _plain(a: Any) -> bool:
     return isinstance(a, cp.ndarray) and a.dtype == F32 and a.flags.c_contiguous
 
 
-def _or_null(a: Any) -> Any:
-    return a if a is not None else NULL
-
-
 def rms_norm(ops: Any, x: Any, w: Any, eps: float) -> Any:
     x = cp.ascontiguousarray(x, dtype=F32)
     cols = x.shape[-1]
@@ -34,7 +31,7 @@ def rms_norm(ops: Any, x: Any, w: Any, eps: float) -> Any:
     if rows:
         yb = ops._bf16_out(y)
         t = _threads(cols)
-        args = (x, w, y, _or_null(yb), np.int32(cols), np.float32(eps))
+        args = (x, w, y, or_null(yb), np.int32(cols), np.float32(eps))
         ops.k["rms_norm"]((rows,), (t,), args, shared_mem=t * 4)
     return y
 
@@ -50,7 +47,7 @@ def add_rms_norm(ops: Any, a: Any, b: Any, w: Any, eps: float) -> tuple[Any, Any
     if rows:
         yb = ops._bf16_out(y)
         t = _threads(cols)
-        args = (a, b, s, w, y, _or_null(yb), np.int32(cols), np.float32(eps))
+        args = (a, b, s, w, y, or_null(yb), np.int32(cols), np.float32(eps))
         ops.k["add_rms_norm"]((rows,), (t,), args, shared_mem=t * 4)
     return s, y
 
@@ -72,6 +69,6 @@ def embed_norm_concat(
     if n:
         yb = ops._bf16_out(y)
         t = _threads(cols)
-        args = (table, ids, hidden, we, wh, y, _or_null(yb), np.int32(cols), np.float32(eps))
+        args = (table, ids, hidden, we, wh, y, or_null(yb), np.int32(cols), np.float32(eps))
         ops.k["embed_norm_concat"]((n,), (t,), args, shared_mem=t * 4)
     return y

@@ -34,7 +34,7 @@ from engine.ops.cupy_graph import Body, StepGraph, StepGraphs
 from engine.ops.cupy_info import device_info
 from engine.ops.cupy_kv import KINDS, CupyKV
 from engine.ops.cupy_lanes import CupyLanes
-from engine.ops.cupy_launch import pdl_body, pdl_kernels
+from engine.ops.cupy_launch import or_null, pdl_body, pdl_kernels
 from engine.ops.cupy_options import CupyOptions
 from engine.ops.grouped_concat import grouped_concat
 
@@ -64,11 +64,6 @@ BATCH_TILES = 64
 
 def _blocks(total: int, threads: int = 256) -> tuple[int, ...]:
     return (max(1, -(-total // threads)),)
-
-
-def _ptr(a: Any) -> Any:
-    """A kernel's optional array argument: the array, or a null pointer."""
-    return a if a is not None else np.uint64(0)
 
 
 def _unit_cols(a: Any) -> Any:
@@ -264,7 +259,7 @@ class CupyOps:
             gs, us = gate.strides[0] // 4, up.strides[0] // 4
             yb = self._bf16_out(y)
             sizes = (np.int32(inter), np.int64(gs), np.int64(us), np.int64(n * inter))
-            args = (gate, up, y, _ptr(yb), *sizes)
+            args = (gate, up, y, or_null(yb), *sizes)
             self.k["silu_mul"](_blocks(n * inter), (256,), args)
         return y
 

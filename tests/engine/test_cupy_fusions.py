@@ -110,6 +110,7 @@ def test_embed_norm_concat_equals_its_ops(ops) -> None:  # type: ignore[no-untyp
         hidden = ops.asarray(rng.standard_normal((n, h)).astype(np.float32))
         we, wh = (ops.asarray(rng.standard_normal(h).astype(np.float32)) for _ in "eh")
         fused = ops.embed_norm_concat(table, ids, hidden, we, wh, 1e-6)
+        assert ops._twin_of(fused) is not None  # the fc linear reads its bf16 twin
         lin = ops.prepare_linear(rng.standard_normal((16, 2 * h)).astype(np.float32))
         via_twin = ops.linear(fused, lin)
         e = ops.rms_norm(ops.embed(table, ids), we, 1e-6)
