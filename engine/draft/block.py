@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.draft import block_pass
 from engine.draft.lifecycle import LaneDrafter, attend_lanes
 from engine.errors import InputError
 from engine.model.layer import decoder_layer, project_qkv
@@ -138,7 +139,6 @@ class BlockDrafter(LaneDrafter):
         return self.propose_many([stream], k)[0]
 
     def propose_many(self, streams: list[Any], k: int) -> list[list[int]]:
-        ops, m, b = self.model.ops, self.model, self.block_size
         active = []
         for s in streams:
             st = self.states.get(s.sid)
@@ -146,6 +146,14 @@ class BlockDrafter(LaneDrafter):
                 active.append((s, st))
         if not active:
             return [[] for _ in streams]
+        drafts = self._propose_graph(active, k)
+        if drafts is None:
+            drafts = self._propose_eager(active, k)
+        by_sid = {s.sid: d for (s, _), d in zip(active, drafts, strict=True)}
+        return [by_sid.get(s.sid, []) for s in streams]
+
+    def _propose_eager(self, active: list[tuple[Any, BlockState]], k: int) -> list[list[int]]:
+        ops, m, b = self.model.ops, self.model, self.block_size
         firsts = np.asarray([s.tokens[s.fed] for s, _ in active])
         first = ops.embed(m.embed, firsts)
         x = ops.concat_rows(
@@ -175,8 +183,18 @@ class BlockDrafter(LaneDrafter):
         take = np.concatenate([j * b + np.arange(1, 1 + rows) for j in range(len(active))])
         y = ops.rms_norm(ops.take_rows(x, take), self.norm, self.cfg.rms_norm_eps)
         logits = ops.to_numpy(ops.linear(y, m.lm_head)).reshape(len(active), rows, -1)
-        drafts = {
-            s.sid: [int(i) for i in np.argmax(logits[j], axis=-1)]
-            for j, (s, _) in enumerate(active)
-        }
-        return [drafts.get(s.sid, []) for s in streams]
+        return [[int(i) for i in np.argmax(logits[j], axis=-1)] for j in range(len(active))]
+
+    def _propose_graph(
+        self, active: list[tuple[Any, BlockState]], k: int
+    ) -> list[list[int]] | None:
+        """`_propose_eager` as one captured graph (block_pass.py), or None where the backend
+        takes none or a stream's lane is not this drafter's lane memory."""
+        if any(st.area[0] is not self.lanes for _, st in active):
+            return None
+        starts = [(st.area[1], s.fed, int(s.tokens[s.fed])) for s, st in active]
+        w = block_pass.BlockWeights(
+            self.model, self.cfg, self.layers, self.mask, self.norm, self.block_size
+        )
+        rope = (self.cos, self.sin)
+        return block_pass.propose_graph(w, self.lanes, rope, starts, self.max_tokens(k))

@@ -82,12 +82,12 @@ class CupyLanes:
         return [out[a:z] for a, z in zip(bounds[:-1], bounds[1:], strict=True)]
 
     def fixed_rows(
-        self, items: list[tuple[int, int, int]], rows: int
+        self, items: list[tuple[int, int, int]], rows: int, causal: bool = True
     ) -> dict[str, np.ndarray] | None:
         """Host arrays that place (lane, start, count) items in a step of exactly `rows` rows
         for `fixed_attend`: each row's slot, its lane as its one page, and its last
-        visible position (its own: causal); padding rows go to the scratch lane. None where
-        the items do not fit."""
+        visible position (its own where causal, else its item's last row: a block drafted
+        in one pass); padding rows go to the scratch lane. None where the items do not fit."""
         slots = np.full(rows, self.scratch * self.rows, dtype=np.int64)
         ptab = np.full(rows, self.scratch, dtype=np.int32)
         last = np.zeros(rows, dtype=np.int32)
@@ -98,7 +98,7 @@ class CupyLanes:
             pos = start + np.arange(n)
             slots[i : i + n] = lane * self.rows + pos
             ptab[i : i + n] = lane
-            last[i : i + n] = pos
+            last[i : i + n] = pos if causal else start + n - 1
             i += n
         poff = np.arange(rows, dtype=np.int32)
         return {"lane_slots": slots, "lane_ptab": ptab, "lane_poff": poff, "lane_last": last}
