@@ -10,6 +10,10 @@ counters are one array per backend, shared by eager launches and every captured 
 because no two attention launches run at once (one stream at a time; StepGraphs.run
 synchronizes before and after each replay). Graphs replayed concurrently on several streams
 would need counters of their own.
+
+Launches of many rows (a prompt step) run the tile kernel (cupy_attend_tile.cu) instead of one
+block per pair: a block per (tile of rows, KV head) stages each chunk of keys once for all
+its pairs, with the split form's arithmetic per pair, so again the same bits.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from engine.ops.cupy_launch import NULL, or_null
 ATTEND_HEAD_DIMS = (32, 64, 128, 256)  # attend_<kind>_<D> in cupy_attend.cu
 GROUPS = 4  # ATT_NG in cupy_kernels.cu
 CODE_BYTES = {"f32": 4, "bf16": 2, "fp8": 1}  # a stored code of each kind
-STAGE_DIMS = 128  # the split kernel stages a chunk's codes in shared memory up to this D
+STAGE_DIMS = 128  # the split and tile kernels stage a chunk's codes in shared memory up to this D
+TILE_PAIRS = 16  # (row, q head) pairs a tile block takes at most
 
 
 def split_shared(kind: str, d: int) -> int:
@@ -35,11 +40,29 @@ def split_shared(kind: str, d: int) -> int:
     return (6 * d + 2 * GROUPS) * 4 + staged
 
 
+def tile_shared(kind: str, d: int, pairs: int) -> int:
+    """Shared bytes of one tile block of `pairs` pairs: a chunk's K and V codes, each pair's
+    q and its groups' state, and the per-chunk floats and key rows."""
+    floats = pairs * d + 5 * d + 2 * pairs * GROUPS + pairs * GROUPS * d
+    return 2 * d * d * CODE_BYTES[kind] + 4 * floats
+
+
 def allow_shared(kernels: dict[tuple[str, int, str], Any]) -> None:
-    """Let each split kernel take its shared bytes past the 48 KB a launch gets unasked."""
-    for (kind, d, split), fn in kernels.items():
-        if split and split_shared(kind, d) > 48 << 10:
-            fn.max_dynamic_shared_size_bytes = split_shared(kind, d)
+    """Let each split and tile kernel take its shared bytes past the 48 KB a launch gets
+    unasked."""
+    for (kind, d, form), fn in kernels.items():
+        need = {"_split": split_shared(kind, d), "_tile": tile_shared(kind, d, TILE_PAIRS)}
+        if need.get(form, 0) > 48 << 10:
+            fn.max_dynamic_shared_size_bytes = need[form]
+
+
+def tile_rows(ops: Any, n: int, hq: int, hkv: int, d: int) -> int:
+    """Rows a tile block takes for a launch of n rows; 0: no tile kernel (few rows, D past
+    STAGE_DIMS, more q heads a KV head than TILE_PAIRS)."""
+    least = ops.options.attend_tile
+    if not least or n < least or d > STAGE_DIMS or hq // hkv > TILE_PAIRS:
+        return 0
+    return TILE_PAIRS // (hq // hkv)
 
 
 def attend(ops: Any, kind: str, q: Any, kc: Any, vc: Any, ke: Any, ve: Any, meta: Any) -> Any:
@@ -62,7 +85,13 @@ def attend(ops: Any, kind: str, q: Any, kc: Any, vc: Any, ke: Any, ve: Any, meta
     outb = or_null(twin)
     sizes = (np.int32(hq), np.int32(hkv), np.int32(page_rows), np.float32(1.0 / np.sqrt(d)))
     args = (q, kc, vc, ke, ve, ptab, poff, last, out, outb, *sizes)
-    if n * hq < ops.options.attend_split:  # one block per group; the last one merges
+    rows = tile_rows(ops, n, hq, hkv, d)
+    if rows:  # a block per (tile of rows, KV head), each chunk staged once for its pairs
+        shared = tile_shared(kind, d, rows * (hq // hkv))
+        grid = (-(-n // rows), hkv)
+        tile_args = (*args[:-4], np.int32(n), *sizes, np.int32(rows))
+        ops.attend_k[kind, d, "_tile"](grid, (d,), tile_args, shared_mem=shared)
+    elif n * hq < ops.options.attend_split:  # one block per group; the last one merges
         part = cp.empty(n * hq * GROUPS * (d + 2), dtype=cp.float32)
         shared = split_shared(kind, d)
         count = ops.split_counters(n * hq)

@@ -40,7 +40,14 @@ from engine.ops.grouped_concat import grouped_concat
 
 F32 = cp.float32
 # one module, in this order
-_SOURCES = ("cupy_kernels.cu", "cupy_attend.cu", "cupy_moe.cu", "cupy_gemm.cu", "cupy_mma.cu")
+_SOURCES = (
+    "cupy_kernels.cu",
+    "cupy_attend.cu",
+    "cupy_attend_tile.cu",
+    "cupy_moe.cu",
+    "cupy_gemm.cu",
+    "cupy_mma.cu",
+)
 
 
 @dataclass
@@ -101,7 +108,8 @@ class CupyOps:
             (kind, d, split): self.module.get_function(f"attend_{kind}_{d}{split}")
             for kind in KINDS
             for d in ATTEND_HEAD_DIMS
-            for split in ("", "_split")
+            for split in ("", "_split", "_tile")
+            if split != "_tile" or d <= cupy_attention.STAGE_DIMS
         }
         cupy_attention.allow_shared(self.attend_k)
         self.pdl_kernels = pdl_kernels(self.k, self.attend_k)

@@ -31,6 +31,9 @@ class CupyOptions:
     # attention launches of fewer (row, head) pairs than this run one block per key group
     # and a merge (more SMs at work; the same bits: see attend_paged); 0: never
     attend_split: int = 512
+    # attention launches of at least this many rows (a prompt step) run a block per tile of
+    # rows and KV head, each chunk of keys staged once for all its pairs; the same bits. 0: never
+    attend_tile: int = 64
     # which GEMM runs the linear layers: "cublas" (at the fixed row tile), "own" (cupy_gemm.cu:
     # a warp per output, any row count) or "mma" (cupy_mma.cu: tensor cores, any row count);
     # each another summation, other bits
@@ -47,14 +50,17 @@ class CupyOptions:
             raise InputError(f"cupy options: graph_rows must be >= 0, got {self.graph_rows}")
         if self.attend_split < 0:
             raise InputError(f"ENGINE_CUPY_ATTEND_SPLIT: must be >= 0, got {self.attend_split}")
+        if self.attend_tile < 0:
+            raise InputError(f"ENGINE_CUPY_ATTEND_TILE: must be >= 0, got {self.attend_tile}")
         if self.gemm not in GEMMS:
             raise InputError(f"ENGINE_CUPY_GEMM: '{self.gemm}' is not one of {', '.join(GEMMS)}")
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> CupyOptions:
         """ENGINE_CUPY_ROW_TILE (a positive integer, default 8), ENGINE_CUPY_GRAPHS (1 or 0,
-        default 1), ENGINE_CUPY_PDL (1 or 0, default 0), ENGINE_CUPY_ATTEND_SPLIT and
-        ENGINE_CUPY_GRAPH_ROWS (integers >= 0, default 512 and 64), ENGINE_CUPY_GEMM (cublas,
+        default 1), ENGINE_CUPY_PDL (1 or 0, default 0), ENGINE_CUPY_ATTEND_SPLIT,
+        ENGINE_CUPY_ATTEND_TILE and ENGINE_CUPY_GRAPH_ROWS (integers >= 0, default 512, 64 and
+        64), ENGINE_CUPY_GEMM (cublas,
         own or mma, default cublas); a bad value is one InputError naming the variable."""
         env = os.environ if environ is None else environ
         tile = env.get("ENGINE_CUPY_ROW_TILE", "8").strip()
@@ -67,7 +73,8 @@ class CupyOptions:
         if pdl not in ("0", "1"):
             raise InputError(f"ENGINE_CUPY_PDL: '{pdl}' is not 0 or 1")
         ints = {}
-        for name, field in (("ATTEND_SPLIT", "attend_split"), ("GRAPH_ROWS", "graph_rows")):
+        fields = ("ATTEND_SPLIT", "attend_split"), ("ATTEND_TILE", "attend_tile")
+        for name, field in (*fields, ("GRAPH_ROWS", "graph_rows")):
             got = env.get(f"ENGINE_CUPY_{name}", str(getattr(cls, field))).strip()
             if not got.isdigit():
                 raise InputError(f"ENGINE_CUPY_{name}: '{got}' is not an integer >= 0")

@@ -16,6 +16,8 @@ def test_defaults_and_values_from_the_environment() -> None:
     assert CupyOptions.from_environ({"ENGINE_CUPY_GRAPHS": "1"}).graphs is True
     assert CupyOptions.from_environ({}).attend_split == 512
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_SPLIT": "0"}).attend_split == 0
+    assert CupyOptions.from_environ({}).attend_tile == 64
+    assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_TILE": "0"}).attend_tile == 0
     assert CupyOptions.from_environ({}).graph_rows == 64
     assert CupyOptions.from_environ({"ENGINE_CUPY_GRAPH_ROWS": "512"}).graph_rows == 512
     assert CupyOptions.from_environ({}).gemm == "cublas"
@@ -34,6 +36,7 @@ def test_defaults_and_values_from_the_environment() -> None:
         ({"ENGINE_CUPY_ATTEND_SPLIT": "-1"}, "ENGINE_CUPY_ATTEND_SPLIT"),
         ({"ENGINE_CUPY_ATTEND_SPLIT": "many"}, "ENGINE_CUPY_ATTEND_SPLIT"),
         ({"ENGINE_CUPY_GRAPH_ROWS": "-8"}, "ENGINE_CUPY_GRAPH_ROWS"),
+        ({"ENGINE_CUPY_ATTEND_TILE": "x"}, "ENGINE_CUPY_ATTEND_TILE"),
         ({"ENGINE_CUPY_GEMM": "cutlass"}, "ENGINE_CUPY_GEMM"),
         ({"ENGINE_CUPY_GEMM": ""}, "ENGINE_CUPY_GEMM"),
         ({"ENGINE_CUPY_PDL": "on"}, "ENGINE_CUPY_PDL"),

@@ -1,0 +1,116 @@
+"""The tile attention kernel (cupy_attend_tile.cu: a block per tile of rows and KV head, each
+chunk of keys staged once for all its pairs) against the one-block-per-pair and split
+kernels, bit for bit (marked `gpu`): prompt runs of several streams, rows of one stream
+beside rows of others in a tile, page lists shared or copied per row, shuffled row orders,
+a row alone."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from engine.ops import cupy_problem
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(cupy_problem() is not None, reason=f"cupy backend: {cupy_problem()}"),
+]
+
+
+@pytest.fixture(scope="module")
+def ops():  # type: ignore[no-untyped-def]
+    from engine.ops.cupy_ops import CupyOps
+
+    return CupyOps()
+
+
+def _codes(rng: np.random.Generator, kind: str, shape: tuple[int, ...]):  # type: ignore[no-untyped-def]
+    """Random K or V codes of `kind` (finite values) and, for fp8, a power-of-two exponent a
+    key row."""
+    import cupy as cp
+
+    if kind == "f32":
+        return cp.asarray(rng.standard_normal(shape).astype(np.float32)), None
+    if kind == "bf16":  # sign, exponent 120..134, any mantissa
+        bits = (
+            (rng.integers(0, 2, shape) << 15)
+            | (rng.integers(120, 135, shape) << 7)
+            | rng.integers(0, 128, shape)
+        )
+        return cp.asarray(bits.astype(np.uint16)), None
+    bits = (rng.integers(0, 2, shape) << 7) | (rng.integers(0, 15, shape) << 3)
+    bits |= rng.integers(0, 8, shape)
+    exps = rng.integers(-3, 4, shape[:2]).astype(np.int8)
+    return cp.asarray(bits.astype(np.uint8)), cp.asarray(exps)
+
+
+def _rows(rng: np.random.Generator, pages: int, page_rows: int, shared: bool):  # type: ignore[no-untyped-def]
+    """A launch's rows over 3 streams, each its own pages: a prompt run of consecutive
+    positions per stream (crossing chunk bounds), then single rows at any position. Page
+    lists flat, one per stream (`shared`, as an eager step has them) or one copy per row (as a
+    graph step places them)."""
+    per = pages // 3
+    lists = [rng.permutation(np.arange(s * per, (s + 1) * per)).astype(np.int32) for s in range(3)]
+    rows = []  # (stream, last position)
+    for s, (start, count) in enumerate(((0, 70), (100, 45), (250, 9))):
+        rows += [(s, start + i) for i in range(count)]
+    rows += [(int(rng.integers(0, 3)), int(rng.integers(0, per * page_rows))) for _ in range(7)]
+    if shared:
+        ptab = np.concatenate(lists)
+        poff = np.array([s * per for s, _ in rows], dtype=np.int32)
+    else:
+        ptab = np.concatenate([lists[s] for s, _ in rows])
+        poff = np.arange(len(rows), dtype=np.int32) * per
+    last = np.array([p for _, p in rows], dtype=np.int32)
+    return ptab, poff, last
+
+
+def _attend(ops, monkeypatch, tile: int, split: int, kind, q, kc, vc, ke, ve, meta):  # type: ignore[no-untyped-def]
+    opts = dataclasses.replace(ops.options, attend_tile=tile, attend_split=split)
+    monkeypatch.setattr(ops, "options", opts)
+    out = ops.attend(kind, q, kc, vc, ke, ve, meta)
+    return out.tobytes(), ops._bf16[1][: len(out)].tobytes()
+
+
+@pytest.mark.parametrize("kind", ["f32", "bf16", "fp8"])
+@pytest.mark.parametrize("shared", [True, False])
+def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared) -> None:  # type: ignore[no-untyped-def]
+    """Tile kernel == one block per pair == split, for every row, at head dims 32-128 and 1,
+    2 and 8 q heads a KV head; and a row's bits stay when the rows are shuffled (other tile
+    neighbours) or when it is alone."""
+    import cupy as cp
+
+    rng = np.random.default_rng(31)
+    for d, hq, hkv in ((128, 16, 8), (64, 8, 4), (128, 8, 8), (32, 8, 1)):
+        pages, page_rows = 3 * 24, 16
+        shape = (pages * page_rows, hkv, d)
+        (kc, ke), (vc, ve) = _codes(rng, kind, shape), _codes(rng, kind, shape)
+        ptab, poff, last = _rows(rng, pages, page_rows, shared)
+        n = len(last)
+        q = cp.asarray(rng.standard_normal((n, hq, d)).astype(np.float32))
+        meta = (cp.asarray(ptab), cp.asarray(poff), cp.asarray(last), page_rows)
+        args = (kind, q, kc, vc, ke, ve, meta)
+        tiled = _attend(ops, monkeypatch, 1, 0, *args)
+        assert tiled == _attend(ops, monkeypatch, 0, 0, *args), (d, hq, hkv)
+        assert tiled == _attend(ops, monkeypatch, 0, 10**6, *args), (d, hq, hkv)
+        out = np.frombuffer(tiled[0], dtype=np.float32).reshape(n, hq, d)
+        order = rng.permutation(n)
+        meta2 = (meta[0], cp.asarray(poff[order]), cp.asarray(last[order]), page_rows)
+        shuffled = _attend(ops, monkeypatch, 1, 0, kind, q[order], kc, vc, ke, ve, meta2)
+        got = np.frombuffer(shuffled[0], dtype=np.float32).reshape(n, hq, d)
+        assert got.tobytes() == out[order].tobytes(), (d, hq, hkv)
+        for r in (0, 69, n - 1):
+            meta1 = (meta[0], cp.asarray(poff[r : r + 1]), cp.asarray(last[r : r + 1]), page_rows)
+            alone = _attend(ops, monkeypatch, 1, 0, kind, q[r : r + 1], kc, vc, ke, ve, meta1)
+            assert alone[0] == out[r].tobytes(), (d, hq, hkv, r)
+
+
+def test_a_prompt_step_takes_the_tile_kernel(ops, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """At the default options a 64-row launch runs the tile kernel, a 63-row one does not."""
+    from engine.ops import cupy_attention
+
+    assert cupy_attention.tile_rows(ops, 64, 16, 8, 128) == 8
+    assert cupy_attention.tile_rows(ops, 63, 16, 8, 128) == 0
+    assert cupy_attention.tile_rows(ops, 512, 16, 8, 256) == 0  # D past the staged size
