@@ -13,7 +13,8 @@ would need counters of their own.
 
 Launches of many rows (a prompt step) run the tile kernel (cupy_attend_tile.cu) instead of one
 block per pair: a block per (tile of rows, KV head) stages each chunk of keys once for all
-its pairs, with the split form's arithmetic per pair, so again the same bits.
+its pairs, and its warps take a pair each with attend_paged's arithmetic, so again the same
+bits.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ GROUPS = 4  # ATT_NG in cupy_kernels.cu
 CODE_BYTES = {"f32": 4, "bf16": 2, "fp8": 1}  # a stored code of each kind
 STAGE_DIMS = 128  # the split and tile kernels stage a chunk's codes in shared memory up to this D
 TILE_PAIRS = 16  # (row, q head) pairs a tile block takes at most
+TILE_WARPS = 8  # TILE_WARPS in cupy_attend_tile.cu: a tile block's warps, a pair each at a time
 
 
 def split_shared(kind: str, d: int) -> int:
@@ -40,18 +42,19 @@ def split_shared(kind: str, d: int) -> int:
     return (6 * d + 2 * GROUPS) * 4 + staged
 
 
-def tile_shared(kind: str, d: int, pairs: int) -> int:
-    """Shared bytes of one tile block of `pairs` pairs: a chunk's K and V codes, each pair's
-    q and its groups' state, and the per-chunk floats and key rows."""
-    floats = pairs * d + 5 * d + 2 * pairs * GROUPS + pairs * GROUPS * d
-    return 2 * d * d * CODE_BYTES[kind] + 4 * floats
+def tile_shared(kind: str, d: int, pairs: int, rows: int) -> int:
+    """Shared bytes of one tile block of `pairs` pairs over `rows` rows: a chunk's K and V
+    codes, each pair's q and its groups' state, a warp's weights, and per key or row."""
+    floats = pairs * d + TILE_WARPS * d + 2 * d + 2 * pairs * GROUPS + pairs * GROUPS * d
+    return 2 * d * d * CODE_BYTES[kind] + 4 * (floats + d + rows)
 
 
 def allow_shared(kernels: dict[tuple[str, int, str], Any]) -> None:
     """Let each split and tile kernel take its shared bytes past the 48 KB a launch gets
     unasked."""
     for (kind, d, form), fn in kernels.items():
-        need = {"_split": split_shared(kind, d), "_tile": tile_shared(kind, d, TILE_PAIRS)}
+        tile = tile_shared(kind, d, TILE_PAIRS, TILE_PAIRS)
+        need = {"_split": split_shared(kind, d), "_tile": tile}
         if need.get(form, 0) > 48 << 10:
             fn.max_dynamic_shared_size_bytes = need[form]
 
@@ -87,10 +90,10 @@ def attend(ops: Any, kind: str, q: Any, kc: Any, vc: Any, ke: Any, ve: Any, meta
     args = (q, kc, vc, ke, ve, ptab, poff, last, out, outb, *sizes)
     rows = tile_rows(ops, n, hq, hkv, d)
     if rows:  # a block per (tile of rows, KV head), each chunk staged once for its pairs
-        shared = tile_shared(kind, d, rows * (hq // hkv))
+        shared = tile_shared(kind, d, rows * (hq // hkv), rows)
         grid = (-(-n // rows), hkv)
         tile_args = (*args[:-4], np.int32(n), *sizes, np.int32(rows))
-        ops.attend_k[kind, d, "_tile"](grid, (d,), tile_args, shared_mem=shared)
+        ops.attend_k[kind, d, "_tile"](grid, (32 * TILE_WARPS,), tile_args, shared_mem=shared)
     elif n * hq < ops.options.attend_split:  # one block per group; the last one merges
         part = cp.empty(n * hq * GROUPS * (d + 2), dtype=cp.float32)
         shared = split_shared(kind, d)
