@@ -11,12 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.ops import cupy_problem
+from tests.engine.cupy_setup import GPU_ONLY
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(cupy_problem() is not None, reason=f"cupy backend: {cupy_problem()}"),
-]
+pytestmark = GPU_ONLY
 
 MODELS = Path(__file__).parents[2] / "fixtures" / "models"
 PROMPTS = ["Return the", "If the file does not exist,", "Create a new", "The name of the"]

@@ -8,12 +8,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from engine.ops import cupy_problem
+from tests.engine.cupy_setup import GPU_ONLY
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(cupy_problem() is not None, reason=f"cupy backend: {cupy_problem()}"),
-]
+pytestmark = GPU_ONLY
 
 
 @pytest.fixture(scope="module", params=["own", "mma"])

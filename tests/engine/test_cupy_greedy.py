@@ -8,12 +8,9 @@ import numpy as np
 import pytest
 
 from engine.lanes.sampling import margin
-from engine.ops import cupy_problem
+from tests.engine.cupy_setup import GPU_ONLY
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(cupy_problem() is not None, reason=f"cupy backend: {cupy_problem()}"),
-]
+pytestmark = GPU_ONLY
 
 
 def rows_to_check() -> list[np.ndarray]:

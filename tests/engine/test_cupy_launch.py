@@ -7,12 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.ops import cupy_problem
+from tests.engine.cupy_setup import GPU_ONLY
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(cupy_problem() is not None, reason=f"cupy backend: {cupy_problem()}"),
-]
+pytestmark = GPU_ONLY
 
 
 @pytest.mark.parametrize("gemm", ["cublas", "mma"])
