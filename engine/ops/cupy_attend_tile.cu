@@ -115,13 +115,16 @@ __device__ __forceinline__ void tile_pair_chunk(const float* qs, const uint4* ks
         e[i] = seen[i] ? expf(e[i] - m_new) : 0.0f;
         ps[lane + 32 * i] = e[i];
     }
+    // __fadd_rn: the weights come straight from expf here (through shared memory in
+    // attend_paged), so no compiler may fuse expf's last multiply into these adds
 #pragma unroll
     for (int k = per / 2; k > 0; k >>= 1)  // tree levels of stride 32 k
 #pragma unroll
-        for (int i = 0; i < k; ++i) e[i] = e[i] + e[i + k];
+        for (int i = 0; i < k; ++i) e[i] = __fadd_rn(e[i], e[i + k]);
     float psum = e[0];
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) psum = psum + __shfl_down_sync(0xffffffffu, psum, off);
+    for (int off = 16; off > 0; off >>= 1)
+        psum = __fadd_rn(psum, __shfl_down_sync(0xffffffffu, psum, off));
     psum = __shfl_sync(0xffffffffu, psum, 0);
     const float alpha = expf(m - m_new);
     __syncwarp();

@@ -49,23 +49,33 @@ def tile_shared(kind: str, d: int, pairs: int, rows: int) -> int:
     return 2 * d * d * CODE_BYTES[kind] + 4 * (floats + d + rows)
 
 
-def allow_shared(kernels: dict[tuple[str, int, str], Any]) -> None:
+def shared_limit() -> int:
+    """The most shared memory one block may ask for on the current device (227 KB on an H100
+    or H200, 163 KB on an A100, 99 KB on most consumer GPUs)."""
+    return int(cp.cuda.Device().attributes.get("MaxSharedMemoryPerBlockOptin", 48 << 10))
+
+
+def allow_shared(kernels: dict[tuple[str, int, str], Any], limit: int) -> None:
     """Let each split and tile kernel take its shared bytes past the 48 KB a launch gets
-    unasked."""
+    unasked, up to the device's `limit` (a form that needs more is not launched: attend)."""
     for (kind, d, form), fn in kernels.items():
         tile = tile_shared(kind, d, TILE_PAIRS, TILE_PAIRS)
         need = {"_split": split_shared(kind, d), "_tile": tile}
         if need.get(form, 0) > 48 << 10:
-            fn.max_dynamic_shared_size_bytes = need[form]
+            fn.max_dynamic_shared_size_bytes = min(need[form], limit)
 
 
-def tile_rows(ops: Any, n: int, hq: int, hkv: int, d: int) -> int:
+def tile_rows(ops: Any, n: int, hq: int, hkv: int, d: int, kind: str) -> int:
     """Rows a tile block takes for a launch of n rows; 0: no tile kernel (few rows, D past
-    STAGE_DIMS, more q heads a KV head than TILE_PAIRS)."""
-    least = ops.options.attend_tile
-    if not least or n < least or d > STAGE_DIMS or hq // hkv > TILE_PAIRS:
+    STAGE_DIMS, more q heads a KV head than TILE_PAIRS, or no tile fits the device's shared
+    memory). Fewer rows a tile where the shared memory is short: the same bits."""
+    least, qpk = ops.options.attend_tile, hq // hkv
+    if not least or n < least or d > STAGE_DIMS or qpk > TILE_PAIRS:
         return 0
-    return TILE_PAIRS // (hq // hkv)
+    rows = TILE_PAIRS // qpk
+    while rows and tile_shared(kind, d, rows * qpk, rows) > ops.shared_limit:
+        rows //= 2
+    return rows
 
 
 def attend(ops: Any, kind: str, q: Any, kc: Any, vc: Any, ke: Any, ve: Any, meta: Any) -> Any:
@@ -77,6 +87,8 @@ def attend(ops: Any, kind: str, q: Any, kc: Any, vc: Any, ke: Any, ve: Any, meta
     hkv = kc.shape[-2]
     if d not in ATTEND_HEAD_DIMS:
         raise EngineFailure(f"cupy attention: head_dim {d} is not one of {ATTEND_HEAD_DIMS}")
+    if hq < hkv or hq % hkv:
+        raise EngineFailure(f"cupy attention: {hq} q heads do not share {hkv} KV heads evenly")
     ptab, poff, last, page_rows = meta
     flat = cp.empty((n, hq * d), dtype=cp.float32)  # [n, Hq * D]: the o projection's input
     out = flat.reshape(n, hq, d)
@@ -88,13 +100,14 @@ def attend(ops: Any, kind: str, q: Any, kc: Any, vc: Any, ke: Any, ve: Any, meta
     outb = or_null(twin)
     sizes = (np.int32(hq), np.int32(hkv), np.int32(page_rows), np.float32(1.0 / np.sqrt(d)))
     args = (q, kc, vc, ke, ve, ptab, poff, last, out, outb, *sizes)
-    rows = tile_rows(ops, n, hq, hkv, d)
+    rows = tile_rows(ops, n, hq, hkv, d, kind)
     if rows:  # a block per (tile of rows, KV head), each chunk staged once for its pairs
         shared = tile_shared(kind, d, rows * (hq // hkv), rows)
         grid = (-(-n // rows), hkv)
         tile_args = (*args[:-4], np.int32(n), *sizes, np.int32(rows))
         ops.attend_k[kind, d, "_tile"](grid, (32 * TILE_WARPS,), tile_args, shared_mem=shared)
-    elif n * hq < ops.options.attend_split:  # one block per group; the last one merges
+    elif n * hq < ops.options.attend_split and split_shared(kind, d) <= ops.shared_limit:
+        # one block per group; the last one merges
         part = cp.empty(n * hq * GROUPS * (d + 2), dtype=cp.float32)
         shared = split_shared(kind, d)
         count = ops.split_counters(n * hq)

@@ -111,7 +111,8 @@ class CupyOps:
             for split in ("", "_split", "_tile")
             if split != "_tile" or d <= cupy_attention.STAGE_DIMS
         }
-        cupy_attention.allow_shared(self.attend_k)
+        self.shared_limit = cupy_attention.shared_limit()
+        cupy_attention.allow_shared(self.attend_k, self.shared_limit)
         self.pdl_kernels = pdl_kernels(self.k, self.attend_k)
         # the split attention's counters (cupy_attention.py); earlier ones stay alive for the
         # graphs captured with them

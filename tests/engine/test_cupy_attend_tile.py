@@ -44,16 +44,20 @@ def _codes(rng: np.random.Generator, kind: str, shape: tuple[int, ...]):  # type
 
 
 def _rows(rng: np.random.Generator, pages: int, page_rows: int, shared: bool):  # type: ignore[no-untyped-def]
-    """A launch's rows over 3 streams, each its own pages: a prompt run of consecutive
-    positions per stream (crossing chunk bounds), then single rows at any position. Page
-    lists flat, one per stream (`shared`, as an eager step has them) or one copy per row (as a
-    graph step places them)."""
+    """A launch's rows over 3 streams: stream 1's first 8 pages are stream 0's (a shared
+    prefix, as the prefix cache makes), the rest each stream's own. A prompt run of
+    consecutive positions per stream (crossing chunk bounds; stream 0's past 512 keys, so a
+    group takes a second chunk at D 128), then single rows at any position (tiles where a row
+    joins the reference's staging for the shared chunks and runs alone for the others). Page
+    lists flat, one per stream (`shared`, as an eager step has them) or one copy per row (as
+    a graph step places them)."""
     per = pages // 3
     lists = [rng.permutation(np.arange(s * per, (s + 1) * per)).astype(np.int32) for s in range(3)]
+    lists[1][:8] = lists[0][:8]
     rows = []  # (stream, last position)
-    for s, (start, count) in enumerate(((0, 70), (100, 45), (250, 9))):
+    for s, (start, count) in enumerate(((470, 70), (100, 45), (250, 9))):
         rows += [(s, start + i) for i in range(count)]
-    rows += [(int(rng.integers(0, 3)), int(rng.integers(0, per * page_rows))) for _ in range(7)]
+    rows += [(int(rng.integers(0, 3)), int(rng.integers(0, per * page_rows))) for _ in range(9)]
     if shared:
         ptab = np.concatenate(lists)
         poff = np.array([s * per for s, _ in rows], dtype=np.int32)
@@ -75,21 +79,27 @@ def _attend(ops, monkeypatch, tile: int, split: int, kind, q, kc, vc, ke, ve, me
 @pytest.mark.parametrize("shared", [True, False])
 def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared) -> None:  # type: ignore[no-untyped-def]
     """Tile kernel == one block per pair == split, for every row, at head dims 32-128 and 1,
-    2 and 8 q heads a KV head; and a row's bits stay when the rows are shuffled (other tile
-    neighbours) or when it is alone."""
+    2, 3, 8 and 12 q heads a KV head (more pairs a tile than warps), q at two scales (the
+    larger drives some weights below float's range); and a row's bits stay when the rows are
+    shuffled (other tile neighbours) or when it is alone."""
     import cupy as cp
 
+    from engine.ops import cupy_attention
+
     rng = np.random.default_rng(31)
-    for d, hq, hkv in ((128, 16, 8), (64, 8, 4), (128, 8, 8), (32, 8, 1)):
-        pages, page_rows = 3 * 24, 16
+    cases = ((128, 16, 8, 1.0), (128, 16, 8, 40.0), (64, 8, 4, 1.0), (128, 8, 8, 1.0))
+    cases += ((32, 8, 1, 1.0), (64, 12, 1, 1.0), (128, 6, 2, 1.0))
+    for d, hq, hkv, scale in cases:
+        pages, page_rows = 3 * 48, 16
         shape = (pages * page_rows, hkv, d)
         (kc, ke), (vc, ve) = _codes(rng, kind, shape), _codes(rng, kind, shape)
         ptab, poff, last = _rows(rng, pages, page_rows, shared)
         n = len(last)
-        q = cp.asarray(rng.standard_normal((n, hq, d)).astype(np.float32))
+        q = cp.asarray(scale * rng.standard_normal((n, hq, d)).astype(np.float32))
         meta = (cp.asarray(ptab), cp.asarray(poff), cp.asarray(last), page_rows)
         args = (kind, q, kc, vc, ke, ve, meta)
         tiled = _attend(ops, monkeypatch, 1, 0, *args)
+        assert cupy_attention.tile_rows(ops, n, hq, hkv, d, kind)  # the tile kernel ran
         assert tiled == _attend(ops, monkeypatch, 0, 0, *args), (d, hq, hkv)
         assert tiled == _attend(ops, monkeypatch, 0, 10**6, *args), (d, hq, hkv)
         out = np.frombuffer(tiled[0], dtype=np.float32).reshape(n, hq, d)
@@ -98,7 +108,7 @@ def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared) 
         shuffled = _attend(ops, monkeypatch, 1, 0, kind, q[order], kc, vc, ke, ve, meta2)
         got = np.frombuffer(shuffled[0], dtype=np.float32).reshape(n, hq, d)
         assert got.tobytes() == out[order].tobytes(), (d, hq, hkv)
-        for r in (0, 69, n - 1):
+        for r in (0, 69, 70, n - 1):
             meta1 = (meta[0], cp.asarray(poff[r : r + 1]), cp.asarray(last[r : r + 1]), page_rows)
             alone = _attend(ops, monkeypatch, 1, 0, kind, q[r : r + 1], kc, vc, ke, ve, meta1)
             assert alone[0] == out[r].tobytes(), (d, hq, hkv, r)
@@ -108,6 +118,8 @@ def test_a_prompt_step_takes_the_tile_kernel(ops, monkeypatch) -> None:  # type:
     """At the default options a 64-row launch runs the tile kernel, a 63-row one does not."""
     from engine.ops import cupy_attention
 
-    assert cupy_attention.tile_rows(ops, 64, 16, 8, 128) == 8
-    assert cupy_attention.tile_rows(ops, 63, 16, 8, 128) == 0
-    assert cupy_attention.tile_rows(ops, 512, 16, 8, 256) == 0  # D past the staged size
+    assert cupy_attention.tile_rows(ops, 64, 16, 8, 128, "bf16") == 8
+    assert cupy_attention.tile_rows(ops, 63, 16, 8, 128, "bf16") == 0
+    assert cupy_attention.tile_rows(ops, 512, 16, 8, 256, "bf16") == 0  # D past the staged size
+    monkeypatch.setattr(ops, "shared_limit", 100 << 10)  # a GPU of less shared memory
+    assert cupy_attention.tile_rows(ops, 64, 16, 8, 128, "bf16") == 4
