@@ -28,7 +28,7 @@ import numpy as np
 
 from engine.errors import EngineFailure
 from engine.ops import cupy_attention, cupy_gemm, cupy_heads, cupy_moe, cupy_norms, cupy_rows
-from engine.ops.cupy_attention import ATTEND_HEAD_DIMS
+from engine.ops.cupy_attend_plan import ATTEND_HEAD_DIMS, STAGE_DIMS
 from engine.ops.cupy_blas import Cublas
 from engine.ops.cupy_graph import Body, StepGraph, StepGraphs
 from engine.ops.cupy_info import device_info
@@ -109,7 +109,7 @@ class CupyOps:
             for kind in KINDS
             for d in ATTEND_HEAD_DIMS
             for split in ("", "_split", "_tile")
-            if split != "_tile" or d <= cupy_attention.STAGE_DIMS
+            if split != "_tile" or d <= STAGE_DIMS
         }
         self.shared_limit = cupy_attention.shared_limit()
         cupy_attention.allow_shared(self.attend_k, self.shared_limit)

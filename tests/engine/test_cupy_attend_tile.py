@@ -84,7 +84,7 @@ def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared) 
     shuffled (other tile neighbours) or when it is alone."""
     import cupy as cp
 
-    from engine.ops import cupy_attention
+    from engine.ops.cupy_attend_plan import choose
 
     rng = np.random.default_rng(31)
     cases = ((128, 16, 8, 1.0), (128, 16, 8, 40.0), (64, 8, 4, 1.0), (128, 8, 8, 1.0))
@@ -99,7 +99,10 @@ def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared) 
         meta = (cp.asarray(ptab), cp.asarray(poff), cp.asarray(last), page_rows)
         args = (kind, q, kc, vc, ke, ve, meta)
         tiled = _attend(ops, monkeypatch, 1, 0, *args)
-        assert cupy_attention.tile_rows(ops, n, hq, hkv, d, kind)  # the tile kernel ran
+        form = choose(
+            n, hq, hkv, d, kind, dataclasses.replace(ops.options, attend_tile=1), ops.shared_limit
+        )
+        assert form.name == "tile", form  # the tiled launch above ran the tile kernel
         assert tiled == _attend(ops, monkeypatch, 0, 0, *args), (d, hq, hkv)
         assert tiled == _attend(ops, monkeypatch, 0, 10**6, *args), (d, hq, hkv)
         out = np.frombuffer(tiled[0], dtype=np.float32).reshape(n, hq, d)
@@ -114,12 +117,12 @@ def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared) 
             assert alone[0] == out[r].tobytes(), (d, hq, hkv, r)
 
 
-def test_a_prompt_step_takes_the_tile_kernel(ops, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """At the default options a 64-row launch runs the tile kernel, a 63-row one does not."""
-    from engine.ops import cupy_attention
+def test_the_device_gives_every_form_its_shared_memory(ops) -> None:  # type: ignore[no-untyped-def]
+    """Every form a launch can take fits this device (the tile at 16 pairs included)."""
+    from engine.ops.cupy_attend_plan import choose
 
-    assert cupy_attention.tile_rows(ops, 64, 16, 8, 128, "bf16") == 8
-    assert cupy_attention.tile_rows(ops, 63, 16, 8, 128, "bf16") == 0
-    assert cupy_attention.tile_rows(ops, 512, 16, 8, 256, "bf16") == 0  # D past the staged size
-    monkeypatch.setattr(ops, "shared_limit", 100 << 10)  # a GPU of less shared memory
-    assert cupy_attention.tile_rows(ops, 64, 16, 8, 128, "bf16") == 4
+    for kind in ("f32", "bf16", "fp8"):
+        for n, hq, hkv, d in ((512, 16, 8, 128), (4, 16, 8, 128), (300, 32, 4, 256)):
+            assert choose(n, hq, hkv, d, kind, ops.options, ops.shared_limit).shared <= (
+                ops.shared_limit
+            )

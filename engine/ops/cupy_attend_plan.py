@@ -1,0 +1,82 @@
+"""Which form of the attention kernels (cupy_attend.cu, cupy_attend_tile.cu) a launch takes,
+and the shared memory each form asks for. Plain Python, no CuPy: the choice is tested
+without a GPU (tests/engine/test_cupy_attend_plan.py). Every form gives the same bits, so
+the choice weighs speed and what the device can launch, never the result:
+
+* "tile": launches of at least `options.attend_tile` rows (a prompt or verify step); a block
+  per (tile of rows, KV head) stages each chunk of keys once for its pairs;
+* "split": launches of fewer than `options.attend_split` (row, q head) pairs (a decode
+  step); a block per key group, the last one of a pair merging;
+* "pair": a block per (row, q head) pair, the rest.
+
+A form whose block needs more shared memory than the device gives is passed over: the tile's
+rows halve until a tile fits, the split form steps aside for "pair".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+ATTEND_HEAD_DIMS = (32, 64, 128, 256)  # attend_<kind>_<D> in cupy_attend.cu
+GROUPS = 4  # ATT_NG in cupy_kernels.cu
+CODE_BYTES = {"f32": 4, "bf16": 2, "fp8": 1}  # a stored code of each kind
+STAGE_DIMS = 128  # the split and tile kernels stage a chunk's codes in shared memory up to this D
+TILE_PAIRS = 16  # (row, q head) pairs a tile block takes at most
+TILE_WARPS = 8  # TILE_WARPS in cupy_attend_tile.cu: a tile block's warps, a pair each at a time
+
+
+@dataclass(frozen=True)
+class Form:
+    name: str  # "tile", "split" or "pair"
+    shared: int  # bytes of shared memory a block asks for
+    rows: int = 0  # tile: rows a block takes
+
+
+def split_shared(kind: str, d: int) -> int:
+    """Shared bytes of one split block: its floats, and at d <= STAGE_DIMS a chunk's K and V
+    codes (d keys of d codes each)."""
+    staged = 2 * d * d * CODE_BYTES[kind] if d <= STAGE_DIMS else 0
+    return (6 * d + 2 * GROUPS) * 4 + staged
+
+
+def tile_shared(kind: str, d: int, pairs: int, rows: int) -> int:
+    """Shared bytes of one tile block of `pairs` pairs over `rows` rows: a chunk's K and V
+    codes, each pair's q and its groups' state, a warp's weights, and per key or row."""
+    floats = pairs * d + TILE_WARPS * d + 2 * d + 2 * pairs * GROUPS + pairs * GROUPS * d
+    return 2 * d * d * CODE_BYTES[kind] + 4 * (floats + d + rows)
+
+
+def pair_shared(d: int) -> int:
+    """Shared bytes of one block per (row, q head) pair: its groups' floats."""
+    return (d + 5 * GROUPS * d + 2 * GROUPS) * 4
+
+
+def tile_rows(n: int, hq: int, hkv: int, d: int, kind: str, options: Any, limit: int) -> int:
+    """Rows a tile block takes for a launch of n rows; 0: no tile (few rows, D past
+    STAGE_DIMS, more q heads a KV head than TILE_PAIRS, or no tile fits `limit` bytes)."""
+    least, qpk = options.attend_tile, hq // hkv
+    if not least or n < least or d > STAGE_DIMS or qpk > TILE_PAIRS:
+        return 0
+    rows = TILE_PAIRS // qpk
+    while rows and tile_shared(kind, d, rows * qpk, rows) > limit:
+        rows //= 2
+    return rows
+
+
+def choose(n: int, hq: int, hkv: int, d: int, kind: str, options: Any, limit: int) -> Form:
+    """The form of a launch of n rows of hq q heads over hkv KV heads of d dims stored as
+    `kind` codes, under `options` (CupyOptions) on a device of `limit` shared bytes a block."""
+    rows = tile_rows(n, hq, hkv, d, kind, options, limit)
+    if rows:
+        return Form("tile", tile_shared(kind, d, rows * (hq // hkv), rows), rows)
+    if n * hq < options.attend_split and split_shared(kind, d) <= limit:
+        return Form("split", split_shared(kind, d))
+    return Form("pair", pair_shared(d))
+
+
+def shared_asks(kind: str, d: int, limit: int) -> dict[str, int]:
+    """What each form's kernel at (kind, d) must be allowed past the 48 KB a launch gets
+    unasked (at most `limit`): the most any of its launches asks for."""
+    need = {"_split": split_shared(kind, d), "_tile": tile_shared(kind, d, TILE_PAIRS, TILE_PAIRS)}
+    return {form: min(b, limit) for form, b in need.items() if b > 48 << 10}

@@ -1,0 +1,57 @@
+"""Which attention form a cupy launch takes (engine/ops/cupy_attend_plan.py), without a GPU:
+prompt steps by tiles, decode steps split, the rest a block per pair; and no form asks for
+more shared memory than the device gives (an H200, an A100, a 99 KB consumer GPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.ops.cupy_attend_plan import choose, split_shared, tile_rows, tile_shared
+from engine.ops.cupy_options import CupyOptions
+
+H200, A100, SMALL = 227 << 10, 163 << 10, 99 << 10
+QWEN3_06B = (16, 8, 128)  # q heads, KV heads, head dim
+
+
+def test_the_default_forms_on_an_h200() -> None:
+    opts = CupyOptions()
+    hq, hkv, d = QWEN3_06B
+    assert choose(512, hq, hkv, d, "bf16", opts, H200).name == "tile"
+    assert choose(512, hq, hkv, d, "bf16", opts, H200).rows == 8  # 16 pairs, 2 q heads a KV head
+    assert choose(64, hq, hkv, d, "bf16", opts, H200).name == "tile"
+    assert choose(63, hq, hkv, d, "bf16", opts, H200).name == "pair"  # 1,008 pairs >= 512
+    assert choose(8, hq, hkv, d, "bf16", opts, H200).name == "split"  # a decode step
+    assert choose(512, hq, hkv, 256, "bf16", opts, H200).name == "pair"  # D past the staging
+    assert choose(512, 32, 1, 128, "bf16", opts, H200).name == "pair"  # 32 q heads a KV head
+
+
+def test_knobs_turn_forms_off() -> None:
+    hq, hkv, d = QWEN3_06B
+    no_tile = CupyOptions(attend_tile=0)
+    assert choose(512, hq, hkv, d, "bf16", no_tile, H200).name == "pair"
+    no_split = CupyOptions(attend_split=0)
+    assert choose(8, hq, hkv, d, "bf16", no_split, H200).name == "pair"
+    every = CupyOptions(attend_tile=1)
+    assert choose(1, hq, hkv, d, "fp8", every, H200).name == "tile"
+
+
+@pytest.mark.parametrize("limit", [H200, A100, SMALL])
+@pytest.mark.parametrize("kind", ["f32", "bf16", "fp8"])
+def test_no_form_asks_for_more_shared_memory_than_the_device_has(limit, kind) -> None:  # type: ignore[no-untyped-def]
+    opts = CupyOptions(attend_tile=1, attend_split=10**6)
+    for d in (32, 64, 128, 256):
+        for n, hq, hkv in ((1, 16, 8), (8, 16, 8), (512, 16, 8), (64, 12, 4), (70, 24, 2)):
+            form = choose(n, hq, hkv, d, kind, opts, limit)
+            assert form.shared <= limit, (limit, kind, d, n, hq, hkv, form)
+
+
+def test_tiles_shrink_to_fit_and_split_steps_aside() -> None:
+    opts = CupyOptions()
+    hq, hkv, d = QWEN3_06B
+    assert tile_shared("f32", d, 16, 8) > A100  # the f32 tile of 16 pairs: 178 KB
+    assert tile_rows(512, hq, hkv, d, "f32", opts, A100) == 4
+    assert tile_rows(512, hq, hkv, d, "bf16", opts, SMALL) == 4
+    assert tile_rows(512, hq, hkv, d, "f32", opts, SMALL) == 0  # its staged codes alone: 128 KB
+    assert split_shared("f32", d) > SMALL
+    assert choose(8, hq, hkv, d, "f32", opts, SMALL).name == "pair"
+    assert choose(8, hq, hkv, d, "bf16", opts, SMALL).name == "split"
