@@ -28,11 +28,13 @@ from engine.errors import EngineFailure
 from engine.ops.cupy_attend_plan import ATTEND_HEAD_DIMS, GROUPS, TILE_WARPS, choose, shared_asks
 from engine.ops.cupy_launch import NULL, or_null
 
+SHARED_OPTIN = 97  # cudaDevAttrMaxSharedMemoryPerBlockOptin (CUDA runtime API)
+
 
 def shared_limit() -> int:
     """The most shared memory one block may ask for on the current device (227 KB on an H100
     or H200, 163 KB on an A100, 99 KB on most consumer GPUs)."""
-    return int(cp.cuda.Device().attributes.get("MaxSharedMemoryPerBlockOptin", 48 << 10))
+    return int(cp.cuda.runtime.deviceGetAttribute(SHARED_OPTIN, cp.cuda.Device().id))
 
 
 def allow_shared(kernels: dict[tuple[str, int, str], Any], limit: int) -> None:

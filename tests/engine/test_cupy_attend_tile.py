@@ -118,8 +118,14 @@ def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared) 
 
 
 def test_the_device_gives_every_form_its_shared_memory(ops) -> None:  # type: ignore[no-untyped-def]
-    """Every form a launch can take fits this device (the tile at 16 pairs included)."""
+    """The device's limit is read (the runtime's properties agree where CuPy lists them), and
+    every form a launch can take fits it (the tile at 16 pairs included)."""
+    import cupy as cp
+
     from engine.ops.cupy_attend_plan import choose
+
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    assert ops.shared_limit == props.get("sharedMemPerBlockOptin", ops.shared_limit) > 48 << 10
 
     for kind in ("f32", "bf16", "fp8"):
         for n, hq, hkv, d in ((512, 16, 8, 128), (4, 16, 8, 128), (300, 32, 4, 256)):
