@@ -60,6 +60,36 @@ __device__ __forceinline__ void copies_done() {
 template <int KIND>
 __host__ __device__ constexpr int code_bytes() { return KIND == KIND_F32 ? 4 : KIND == KIND_BF16 ? 2 : 1; }
 
+// Key j of a chunk, read by thread t: the row of its codes (slot * hkv + kv head, through
+// the page list `pages`) into rows[t], and for fp8 its K and V exponents into kex[t], vex[t].
+template <int KIND>
+__device__ __forceinline__ void chunk_key(const int* pages, int j, int page_rows, int hkv, int kvh,
+                                          const signed char* ke, const signed char* ve, int t,
+                                          int* rows, float* kex, float* vex) {
+    const int row = (pages[j / page_rows] * page_rows + j % page_rows) * hkv + kvh;
+    rows[t] = row;
+    if (KIND == KIND_FP8) {
+        kex[t] = (float)ke[row];
+        vex[t] = (float)ve[row];
+    }
+}
+
+// The K and V codes of a chunk's keys 0 .. cn - 1 (their rows in rows[]) into kst / vst by
+// `threads` threads (the block's), every 16-byte piece in flight at once (cp.async), then
+// waited for; the caller's barrier makes them visible to the block.
+template <int KIND, int D>
+__device__ __forceinline__ void copy_chunk(const void* kc, const void* vc, const int* rows, int cn,
+                                           int threads, uint4* kst, uint4* vst) {
+    constexpr int VPR = D * code_bytes<KIND>() / 16;  // 16-byte pieces of one key's codes
+    for (int e = threadIdx.x; e < cn * VPR; e += threads) {
+        const int key = e / VPR;
+        const long long src = (long long)rows[key] * VPR + (e - key * VPR);
+        copy16_async(kst + e, (const uint4*)kc + src);
+        copy16_async(vst + e, (const uint4*)vc + src);
+    }
+    copies_done();
+}
+
 // Causal attention of q [n, Hq, D] over keys stored in pages, one block per (row, q head) of
 // ATT_NG groups of D threads (D = head_dim, a template parameter: 32, 64, 128 or 256, so the
 // loops over a lane's dims unroll and a warp issues the loads of G keys before it sums any:
@@ -120,24 +150,10 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         const int c0 = (it * ATT_NG + g) * D;
         const bool live = c0 <= last;  // the same for the whole group
         const int j = c0 + t;
-        if (live && j <= last) {
-            int row = (pages[j / page_rows] * page_rows + j % page_rows) * hkv + kvh;
-            rows[t] = row;
-            if (KIND == KIND_FP8) {
-                kex[t] = (float)ke[row];
-                vex[t] = (float)ve[row];
-            }
-        }
+        if (live && j <= last) chunk_key<KIND>(pages, j, page_rows, hkv, kvh, ke, ve, t, rows, kex, vex);
         __syncthreads();
         if (STAGE && live) {  // the same for the whole block: its barrier is block-wide
-            const int cn = min(D, last - c0 + 1);
-            for (int e = t; e < cn * VPR; e += D) {
-                const int key = e / VPR;
-                const long long src = (long long)rows[key] * VPR + (e - key * VPR);
-                copy16_async(kst + e, (const uint4*)kc + src);
-                copy16_async(vst + e, (const uint4*)vc + src);
-            }
-            copies_done();
+            copy_chunk<KIND, D>(kc, vc, rows, min(D, last - c0 + 1), D, kst, vst);
             __syncthreads();
         }
         if (live) {

@@ -1,5 +1,5 @@
 // Attention over many query rows that share their keys (a prompt step, a verify step), after
-// cupy_attend.cu (its helpers: attend_finish, copy16_async, copies_done, the codecs).
+// cupy_attend.cu (its helpers: attend_finish, chunk_key, copy_chunk, the codecs).
 //
 // One block of TILE_WARPS warps per (tile of rows, KV head): its (row, q head) pairs. For
 // each chunk of D keys (at absolute positions, as in attend_paged) the block copies the
@@ -190,26 +190,11 @@ __device__ __forceinline__ void stage_chunk(const void* kc, const void* vc, cons
                                             const signed char* ve, const int* pages, int c0, int cn,
                                             int hkv, int kvh, int page_rows, int* rows,
                                             uint4* kst, uint4* vst, float* kex, float* vex) {
-    constexpr int VPR = D * code_bytes<KIND>() / 16;  // 16-byte pieces of one key's codes
     const int t = threadIdx.x;
     __syncthreads();  // every warp is done with the codes staged before
-    if (t < cn) {
-        const int j = c0 + t;
-        const int row = (pages[j / page_rows] * page_rows + j % page_rows) * hkv + kvh;
-        rows[t] = row;
-        if (KIND == KIND_FP8) {
-            kex[t] = (float)ke[row];
-            vex[t] = (float)ve[row];
-        }
-    }
+    if (t < cn) chunk_key<KIND>(pages, c0 + t, page_rows, hkv, kvh, ke, ve, t, rows, kex, vex);
     __syncthreads();
-    for (int e = t; e < cn * VPR; e += blockDim.x) {
-        const int key = e / VPR;
-        const long long src = (long long)rows[key] * VPR + (e - key * VPR);
-        copy16_async(kst + e, (const uint4*)kc + src);
-        copy16_async(vst + e, (const uint4*)vc + src);
-    }
-    copies_done();
+    copy_chunk<KIND, D>(kc, vc, rows, cn, blockDim.x, kst, vst);
     __syncthreads();
 }
 

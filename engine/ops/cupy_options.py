@@ -17,6 +17,12 @@ from engine.errors import InputError
 # cost a capture and memory per shape, so the default stays at a decode or verify step's size
 MAX_GRAPH_ROWS = 64
 GEMMS = ("cublas", "own", "mma")
+# the integer knobs >= 0: ENGINE_CUPY_<name> -> field
+_COUNTS = (
+    ("ATTEND_SPLIT", "attend_split"),
+    ("ATTEND_TILE", "attend_tile"),
+    ("GRAPH_ROWS", "graph_rows"),
+)
 
 
 @dataclass(frozen=True)
@@ -60,8 +66,8 @@ class CupyOptions:
         """ENGINE_CUPY_ROW_TILE (a positive integer, default 8), ENGINE_CUPY_GRAPHS (1 or 0,
         default 1), ENGINE_CUPY_PDL (1 or 0, default 0), ENGINE_CUPY_ATTEND_SPLIT,
         ENGINE_CUPY_ATTEND_TILE and ENGINE_CUPY_GRAPH_ROWS (integers >= 0, default 512, 64 and
-        64), ENGINE_CUPY_GEMM (cublas,
-        own or mma, default cublas); a bad value is one InputError naming the variable."""
+        64), ENGINE_CUPY_GEMM (cublas, own or mma, default cublas); a bad value is one
+        InputError naming the variable."""
         env = os.environ if environ is None else environ
         tile = env.get("ENGINE_CUPY_ROW_TILE", "8").strip()
         if not tile.isdigit() or int(tile) < 1:
@@ -73,8 +79,7 @@ class CupyOptions:
         if pdl not in ("0", "1"):
             raise InputError(f"ENGINE_CUPY_PDL: '{pdl}' is not 0 or 1")
         ints = {}
-        fields = ("ATTEND_SPLIT", "attend_split"), ("ATTEND_TILE", "attend_tile")
-        for name, field in (*fields, ("GRAPH_ROWS", "graph_rows")):
+        for name, field in _COUNTS:
             got = env.get(f"ENGINE_CUPY_{name}", str(getattr(cls, field))).strip()
             if not got.isdigit():
                 raise InputError(f"ENGINE_CUPY_{name}: '{got}' is not an integer >= 0")
