@@ -46,6 +46,7 @@ def ours(
 ) -> dict[str, float]:
     import cupy as cp
 
+    from engine.model.graph_shape import step_rows
     from engine.model.loader import load_model
     from engine.model.qwen3 import Segment, step_key
 
@@ -84,7 +85,11 @@ def ours(
     dense = model.layers[0].moe is None
     extra = {} if graph or not dense else breakdown(model, kv, lanes, context, streams)
     if graph:
-        g = model.ops.step_graph(kv, step_key(model, model.ops.row_tile))
+        # the decode step's graph: `streams` rows (one each) at the step's shape, as many
+        # rows of logits padded to the row tile (graph_step's key)
+        tile = model.ops.row_tile
+        rows = step_rows(streams, tile, model.ops.graph_rows)
+        g = model.ops.step_graph(kv, step_key(model, rows, (), -(-streams // tile) * tile))
         extra["replay_ms"] = g.replay_ms()
     return {
         **extra,

@@ -208,7 +208,14 @@ class CupyOps:
         rs = cp.random.RandomState(w.k * 7919 + w.n)
         row = rs.standard_normal((1, w.k), dtype=F32)
         alone = self.linear(row, w)
-        for pos, rows in ((1, t), (t - 1, t), (t + 2, 2 * t + 1), (0, 3 * t)):
+        # (slot, rows): the second slot and the last of one tile, one past the second tile's
+        # first, the first of three tiles (at tile 1: the rows as many, the slots in range)
+        for pos, rows in (
+            (min(1, t - 1), t),
+            (t - 1, t),
+            (t + 2, max(2 * t + 1, t + 3)),
+            (0, 3 * t),
+        ):
             x = rs.standard_normal((rows, w.k), dtype=F32)
             x[pos] = row[0]
             if not bool(cp.array_equal(self.linear(x, w)[pos : pos + 1], alone)):

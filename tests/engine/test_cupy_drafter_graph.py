@@ -133,7 +133,10 @@ def _run_block(model, drafter_dir: Path, graphs: bool, parallel: int, kv: str): 
 
     def snapped(*a):  # type: ignore[no-untyped-def]
         out = real_many(*a)
-        k, v = drafter.lanes.k[-1].get(), drafter.lanes.v[-1].get()
+        # the live lanes only: a fixed-shape step's padding rows write the scratch lane after
+        # them, which eager proposals never touch (at row tile 1, 3 blocks of 8 pad to 32)
+        live = drafter.lanes.scratch * drafter.lanes.rows
+        k, v = drafter.lanes.k[-1][:live].get(), drafter.lanes.v[-1][:live].get()
         snaps.append(hashlib.sha256(k.tobytes() + v.tobytes()).hexdigest())
         return out
 
