@@ -1,11 +1,13 @@
 """cupy backend (CUDA). Batch-invariant by construction:
 
-* linear layers: bf16 inputs and weights, f32 accumulation and output (cublasGemmEx with
-  CUBLAS_COMPUTE_32F), always at ONE row count, `row_tile`: the rows are cut into tiles of
-  that many rows (the last zero-padded) and each tile is its own GEMM of the same shape, so a
-  row meets the same kernel whether it runs alone or beside others. cuBLAS keeps a row's bits
-  at a fixed M whatever the other rows hold (measured on an H200, cuBLAS 13.1); not across M.
-  `probe_linear` checks this for every weight at load time and refuses to run where it fails.
+* linear layers: bf16 inputs and weights, f32 accumulation and output. By default the
+  backend's own tensor-core GEMM (cupy_mma.cu), whose sums depend on K alone. With
+  ENGINE_CUPY_GEMM=cublas, cublasGemmEx with CUBLAS_COMPUTE_32F always at ONE row count,
+  `row_tile`: the rows are cut into tiles of that many rows (the last zero-padded) and each
+  tile is its own GEMM of the same shape, so a row meets the same kernel whether it runs
+  alone or beside others. cuBLAS keeps a row's bits at a fixed M whatever the other rows hold
+  (measured on an H200, cuBLAS 13.1); not across M. `probe_linear` checks this for every
+  weight at load time and refuses to run where it fails.
 * RMSNorm, RoPE, SiLU-mul, the KV codec and attention are own kernels (cupy_kernels.cu) with
   one fixed reduction order per row: one block per row, no atomics, no split reductions.
 * attention reads the K/V codes straight from the pages (cupy_kv.py), in chunks of head_dim
@@ -18,7 +20,7 @@ Activations are float32 cupy arrays on the device.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +87,9 @@ class CupyOps:
 
     def __init__(self, options: CupyOptions | None = None, probe: bool = True) -> None:
         self.options = options or CupyOptions()
+        if self.options.pdl and int(cp.cuda.Device().compute_capability) < 90:
+            # griddepcontrol is Hopper's (PDL_ENTRY compiles to nothing before it)
+            self.options = replace(self.options, pdl=False)
         # the tile changes which GEMM kernel runs, hence the bits: one value per deployment
         self.row_tile = self.options.row_tile
         # steps of up to graph_rows rows replay captured CUDA graphs; False runs them

@@ -17,6 +17,10 @@ from engine.errors import InputError
 # cost a capture and memory per shape, so the default stays at a decode or verify step's size
 MAX_GRAPH_ROWS = 64
 GEMMS = ("cublas", "own", "mma")
+# the row tile where none is given: cuBLAS's kernel (hence its bits) depends on the row count,
+# so it runs every GEMM at one; the own GEMMs sum in an order that depends on K alone, so a
+# step's graph need not pad its rows to more than it has
+ROW_TILES = {"cublas": 8, "own": 1, "mma": 1}
 # the integer knobs >= 0: ENGINE_CUPY_<name> -> field
 _COUNTS = (
     ("ATTEND_SPLIT", "attend_split"),
@@ -27,11 +31,12 @@ _COUNTS = (
 
 @dataclass(frozen=True)
 class CupyOptions:
-    """row_tile: the one row count every GEMM runs at (it picks the cuBLAS kernel, hence the
-    bits: one value per deployment). graphs: run steps of up to graph_rows rows as replayed
+    """row_tile: the one row count every cuBLAS GEMM runs at (it picks the kernel, hence the
+    bits: one value per deployment), and what a graph step's rows are padded to; 0: by the
+    GEMM (ROW_TILES). graphs: run steps of up to graph_rows rows as replayed
     CUDA graphs (False: every step eagerly, with the same bits)."""
 
-    row_tile: int = 8
+    row_tile: int = 0
     graphs: bool = True
     graph_rows: int = MAX_GRAPH_ROWS
     # attention launches of fewer (row, head) pairs than this run one block per key group
@@ -40,17 +45,17 @@ class CupyOptions:
     # attention launches of at least this many rows (a prompt step) run a block per tile of
     # rows and KV head, each chunk of keys staged once for all its pairs; the same bits. 0: never
     attend_tile: int = 64
-    # which GEMM runs the linear layers: "cublas" (at the fixed row tile), "own" (cupy_gemm.cu:
-    # a warp per output, any row count) or "mma" (cupy_mma.cu: tensor cores, any row count);
-    # each another summation, other bits
-    gemm: str = "cublas"
+    # which GEMM runs the linear layers: "mma" (cupy_mma.cu: tensor cores, any row count),
+    # "cublas" (at the fixed row tile) or "own" (cupy_gemm.cu: a warp per output, any row
+    # count); each another summation, other bits (docs/cupy.md: mma is the fastest measured)
+    gemm: str = "mma"
     # captured graphs launch our kernels with programmatic dependent launch (cupy_launch.py):
     # the next kernel's launch overlaps the tail of the one before; the same kernels, bits.
-    # Opt-in: gpu.yaml's speed look called the tiny fixture's prefill 2 % slower with it
-    pdl: bool = False
+    # Hopper and later (CupyOps turns it off on older GPUs)
+    pdl: bool = True
 
     def __post_init__(self) -> None:
-        if self.row_tile < 1:
+        if self.row_tile < 0:
             raise InputError(f"ENGINE_CUPY_ROW_TILE: must be >= 1, got {self.row_tile}")
         if self.graph_rows < 0:
             raise InputError(f"cupy options: graph_rows must be >= 0, got {self.graph_rows}")
@@ -60,22 +65,24 @@ class CupyOptions:
             raise InputError(f"ENGINE_CUPY_ATTEND_TILE: must be >= 0, got {self.attend_tile}")
         if self.gemm not in GEMMS:
             raise InputError(f"ENGINE_CUPY_GEMM: '{self.gemm}' is not one of {', '.join(GEMMS)}")
+        if not self.row_tile:
+            object.__setattr__(self, "row_tile", ROW_TILES[self.gemm])
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> CupyOptions:
-        """ENGINE_CUPY_ROW_TILE (a positive integer, default 8), ENGINE_CUPY_GRAPHS (1 or 0,
-        default 1), ENGINE_CUPY_PDL (1 or 0, default 0), ENGINE_CUPY_ATTEND_SPLIT,
-        ENGINE_CUPY_ATTEND_TILE and ENGINE_CUPY_GRAPH_ROWS (integers >= 0, default 512, 64 and
-        64), ENGINE_CUPY_GEMM (cublas, own or mma, default cublas); a bad value is one
-        InputError naming the variable."""
+        """ENGINE_CUPY_ROW_TILE (a positive integer; default by the GEMM, ROW_TILES),
+        ENGINE_CUPY_GRAPHS (1 or 0, default 1), ENGINE_CUPY_PDL (1 or 0, default 1),
+        ENGINE_CUPY_ATTEND_SPLIT, ENGINE_CUPY_ATTEND_TILE and ENGINE_CUPY_GRAPH_ROWS (integers
+        >= 0, default 512, 64 and 64), ENGINE_CUPY_GEMM (mma, cublas or own, default mma); a
+        bad value is one InputError naming the variable."""
         env = os.environ if environ is None else environ
-        tile = env.get("ENGINE_CUPY_ROW_TILE", "8").strip()
-        if not tile.isdigit() or int(tile) < 1:
+        tile = env.get("ENGINE_CUPY_ROW_TILE", "").strip()
+        if tile and (not tile.isdigit() or int(tile) < 1):
             raise InputError(f"ENGINE_CUPY_ROW_TILE: '{tile}' is not a positive integer")
         graphs = env.get("ENGINE_CUPY_GRAPHS", "1").strip()
         if graphs not in ("0", "1"):
             raise InputError(f"ENGINE_CUPY_GRAPHS: '{graphs}' is not 0 or 1")
-        pdl = env.get("ENGINE_CUPY_PDL", "0").strip()
+        pdl = env.get("ENGINE_CUPY_PDL", "1").strip()
         if pdl not in ("0", "1"):
             raise InputError(f"ENGINE_CUPY_PDL: '{pdl}' is not 0 or 1")
         ints = {}
@@ -85,4 +92,4 @@ class CupyOptions:
                 raise InputError(f"ENGINE_CUPY_{name}: '{got}' is not an integer >= 0")
             ints[field] = int(got)
         gemm = env.get("ENGINE_CUPY_GEMM", cls.gemm).strip()
-        return cls(row_tile=int(tile), graphs=graphs == "1", gemm=gemm, pdl=pdl == "1", **ints)
+        return cls(row_tile=int(tile or 0), graphs=graphs == "1", gemm=gemm, pdl=pdl == "1", **ints)

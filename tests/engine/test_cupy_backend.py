@@ -164,13 +164,15 @@ def test_qk_norm_rope_matches_numpy(ops) -> None:  # type: ignore[no-untyped-def
             np.testing.assert_allclose(ops.to_numpy(out), want, rtol=1e-5, atol=1e-5)
 
 
-def test_batched_gemm_keeps_every_tile_bits(ops) -> None:  # type: ignore[no-untyped-def]
+def test_batched_gemm_keeps_every_tile_bits() -> None:
     """Tiles batched into one cuBLAS call (up to the weight's probed `batch`) give the bits
     of one call per tile, at every row count, on shapes where cuBLAS's batched kernel is
     and is not the single one (K = 3072: it is not past a few tiles on the H200). Planted:
     every weight batched at BATCH_TILES without the probe, red."""
-    from engine.ops.cupy_ops import BATCH_TILES, CupyWeight
+    from engine.ops.cupy_ops import BATCH_TILES, CupyOps, CupyWeight
+    from engine.ops.cupy_options import CupyOptions
 
+    ops = CupyOps(CupyOptions(gemm="cublas"))  # the batched calls are cuBLAS's
     rng = np.random.default_rng(11)
     for n, k in ((1024, 3072), (4096, 1024), (64, 192)):
         w = ops.prepare_linear(rng.standard_normal((n, k)).astype(np.float32) / np.sqrt(k))

@@ -10,7 +10,11 @@ from engine.ops.cupy_options import CupyOptions
 
 
 def test_defaults_and_values_from_the_environment() -> None:
-    assert CupyOptions.from_environ({}) == CupyOptions(row_tile=8, graphs=True)
+    assert CupyOptions.from_environ({}) == CupyOptions(row_tile=1, graphs=True, gemm="mma")
+    assert CupyOptions().row_tile == 1  # by the GEMM: mma sums in an order of K alone
+    assert CupyOptions(gemm="cublas").row_tile == 8
+    assert CupyOptions.from_environ({"ENGINE_CUPY_GEMM": "cublas"}).row_tile == 8
+    assert CupyOptions.from_environ({"ENGINE_CUPY_GEMM": "own"}).row_tile == 1
     got = CupyOptions.from_environ({"ENGINE_CUPY_ROW_TILE": "16", "ENGINE_CUPY_GRAPHS": "0"})
     assert got == CupyOptions(row_tile=16, graphs=False)
     assert CupyOptions.from_environ({"ENGINE_CUPY_GRAPHS": "1"}).graphs is True
@@ -20,11 +24,12 @@ def test_defaults_and_values_from_the_environment() -> None:
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_TILE": "0"}).attend_tile == 0
     assert CupyOptions.from_environ({}).graph_rows == 64
     assert CupyOptions.from_environ({"ENGINE_CUPY_GRAPH_ROWS": "512"}).graph_rows == 512
-    assert CupyOptions.from_environ({}).gemm == "cublas"
+    assert CupyOptions.from_environ({}).gemm == "mma"
+    assert CupyOptions.from_environ({"ENGINE_CUPY_GEMM": "cublas"}).gemm == "cublas"
     assert CupyOptions.from_environ({"ENGINE_CUPY_GEMM": "own"}).gemm == "own"
     assert CupyOptions.from_environ({"ENGINE_CUPY_GEMM": "mma"}).gemm == "mma"
-    assert CupyOptions.from_environ({}).pdl is False
-    assert CupyOptions.from_environ({"ENGINE_CUPY_PDL": "1"}).pdl is True
+    assert CupyOptions.from_environ({}).pdl is True
+    assert CupyOptions.from_environ({"ENGINE_CUPY_PDL": "0"}).pdl is False
 
 
 @pytest.mark.parametrize(
