@@ -103,47 +103,53 @@ __device__ __forceinline__ void copy_chunk(const void* kc, const void* vc, const
 // output) merge in group order. Every order depends on last[r] and D alone, never on other
 // rows; in this form no atomics and nothing split across blocks (SPLIT below).
 //
-// SPLIT: the same work with each group in its own block (blockIdx.z = g, D threads), for
-// launches of few (row, head) pairs, which would leave most SMs idle; a group writes its
+// SPLIT: the same work with each group in its own block (blockIdx.z = g), for launches of
+// few (row, head) pairs, which would leave most SMs idle; a block takes QH q heads of one KV
+// head (QH D threads, slot gb = its head h = blockIdx.y * QH + gb; QH divides the q heads a KV
+// head), each slot a pair's arithmetic of its own over the one chunk staged for all; a group writes its
 // (max, sum, output) to part[], and the block of the pair that finishes last (elected by an
 // atomic counter, count[], which no value passes through) merges the four in group order with
 // the same float operations as the end of this kernel. The two forms give the same bits. At D <= 128
 // the split form first copies a chunk's K and V codes into shared memory (cp.async, all in
 // flight at once) and reads them there: the same values in the same order, one wait on
 // memory a chunk instead of one per few keys.
-template <int KIND, int D, bool SPLIT>
+template <int KIND, int D, bool SPLIT, int QH = 1>
 __device__ void attend_paged(const float* q, const void* kc, const void* vc,
                              const signed char* ke, const signed char* ve, const int* ptab,
                              const int* poff, const int* last_pos, float* out,
                              unsigned short* outb, int hq, int hkv, int page_rows, float scale,
                              float* part, int* count) {
     extern __shared__ float sh[];
-    constexpr int NGB = SPLIT ? 1 : ATT_NG;  // groups in this block
+    // slots of D threads: the pair's groups (one block per pair), or q heads (split)
+    constexpr int NGB = SPLIT ? QH : ATT_NG;
+    constexpr int NQ = SPLIT ? QH : 1;  // q rows held: each split slot has its own head's
     constexpr int per = D / 32, nwarps = D / 32, GD = NGB * D;
     // keys scored at once by one warp: all their loads are issued before the first sum
     constexpr int G = per <= 4 ? 2 * ATT_G : ATT_G;
-    const int gb = threadIdx.x / D, t = threadIdx.x % D;  // gb: the group's slot in this block
+    const int gb = threadIdx.x / D, t = threadIdx.x % D;  // gb: the thread's slot in this block
     const int g = SPLIT ? (int)blockIdx.z : gb;             // g: which chunks it takes
     const int lane = t & 31, warp = t >> 5;
-    float* qs = sh;
-    float* ps = sh + D + gb * D;
-    float* red = sh + D + GD + gb * D;
-    float* kex = sh + D + 2 * GD + gb * D;
-    float* vex = sh + D + 3 * GD + gb * D;
-    int* rows = (int*)(sh + D + 4 * GD) + gb * D;  // (slot * hkv + kv head) of the chunk's keys
-    float* ms = sh + D + 5 * GD;
+    float* qs = sh + (SPLIT ? gb * D : 0);
+    float* const slots = sh + NQ * D;  // ps, red, kex, vex, rows: D a slot each
+    float* ps = slots + gb * D;
+    float* red = slots + GD + gb * D;
+    float* kex = slots + 2 * GD + gb * D;
+    float* vex = slots + 3 * GD + gb * D;
+    int* const rows0 = (int*)(slots + 4 * GD);  // slot 0's: the staging reads them
+    int* rows = rows0 + gb * D;  // (slot * hkv + kv head) of the chunk's keys
+    float* ms = slots + 5 * GD + (SPLIT ? gb * 2 * ATT_NG : 0);
     float* ls = ms + ATT_NG;
     // STAGE: the chunk's codes, K then V, D rows of D codes each, after the floats above
     constexpr bool STAGE = SPLIT && D <= 128;
     constexpr int VPR = D * code_bytes<KIND>() / 16;  // 16-byte pieces of one key's codes
-    uint4* kst = (uint4*)(ls + ATT_NG);
+    uint4* kst = (uint4*)(slots + 5 * GD + 2 * ATT_NG * NQ);
     uint4* vst = kst + D * VPR;
     const void* kread = STAGE ? (const void*)kst : kc;
     const void* vread = STAGE ? (const void*)vst : vc;
-    const int r = blockIdx.x, h = blockIdx.y, kvh = h / (hq / hkv);
+    const int r = blockIdx.x, h = SPLIT ? blockIdx.y * QH + gb : blockIdx.y, kvh = h / (hq / hkv);
     const int* pages = ptab + poff[r];
     const int last = last_pos[r];
-    if (gb == 0) qs[t] = q[((long long)r * hq + h) * D + t] * scale;
+    if (SPLIT || gb == 0) qs[t] = q[((long long)r * hq + h) * D + t] * scale;
     float m = NEG_INF, l = 0.0f, acc = 0.0f;
     const int nchunks = last / D + 1;
     for (int it = 0; it * ATT_NG < nchunks; ++it) {
@@ -153,7 +159,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         if (live && j <= last) chunk_key<KIND>(pages, j, page_rows, hkv, kvh, ke, ve, t, rows, kex, vex);
         __syncthreads();
         if (STAGE && live) {  // the same for the whole block: its barrier is block-wide
-            copy_chunk<KIND, D>(kc, vc, rows, min(D, last - c0 + 1), D, kst, vst);
+            copy_chunk<KIND, D>(kc, vc, rows0, min(D, last - c0 + 1), QH * D, kst, vst);
             __syncthreads();
         }
         if (live) {
@@ -239,20 +245,26 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         // and it sets the counter back to 0 for the next launch.
         __threadfence();
         __syncthreads();
-        int* elected = rows;
+        int* elected = rows;  // each slot's own: its head's last block may be another
         if (t == 0) elected[0] = atomicAdd(count + (long long)r * hq + h, 1) == ATT_NG - 1;
         __syncthreads();
-        if (!elected[0]) return;
-        __threadfence();
-        float* accs = sh + D;  // ps, red, kex, vex: 4 D floats no longer read
-        if (t < ATT_NG) {
-            ms[t] = __ldcg(p + t);
-            ls[t] = __ldcg(p + ATT_NG + t);
+        const bool merge = elected[0] != 0;
+        // a merging slot's ATT_NG outputs over ps, red, kex, vex (4 D floats a slot, no
+        // longer read by any slot); every thread reaches the barrier below
+        float* accs = slots + gb * ATT_NG * D;
+        if (merge) {
+            __threadfence();
+            if (t < ATT_NG) {
+                ms[t] = __ldcg(p + t);
+                ls[t] = __ldcg(p + ATT_NG + t);
+            }
+            for (int k = 0; k < ATT_NG; ++k) accs[k * D + t] = __ldcg(p + 2 * ATT_NG + k * D + t);
         }
-        for (int k = 0; k < ATT_NG; ++k) accs[k * D + t] = __ldcg(p + 2 * ATT_NG + k * D + t);
         __syncthreads();
-        attend_finish<D>(ms, ls, accs, t, out, outb, ((long long)r * hq + h) * D);
-        if (t == 0) count[(long long)r * hq + h] = 0;
+        if (merge) {
+            attend_finish<D>(ms, ls, accs, t, out, outb, ((long long)r * hq + h) * D);
+            if (t == 0) count[(long long)r * hq + h] = 0;
+        }
         return;
     }
     if (t == 0) {
@@ -278,6 +290,12 @@ extern "C" {
 // head) and attend_<kind>_<D>_split (one per row, head and group; the last group's block
 // to finish merges)
 // (launch bounds: at D = 256 a block has 1024 threads, which caps a thread at 64 registers)
+// attend_<kind>_<D>_split<QH> (D <= 128): a split block of QH q heads of one KV head
+#define SPLIT_HEADS(NAME, KIND, D, QH)                                                     \
+    __global__ void __launch_bounds__(QH * D) NAME##_##D##_split##QH(ATTEND_ARGS) {          \
+        PDL_ENTRY();                                                                       \
+        attend_paged<KIND, D, true, QH>(ATTEND_PASS);                                      \
+    }
 #define ATTEND_KERNEL(NAME, KIND, D)                                          \
     __global__ void __launch_bounds__(ATT_NG * D) NAME##_##D(ATTEND_ARGS) {      \
         PDL_ENTRY();                                                          \
@@ -291,9 +309,16 @@ extern "C" {
     ATTEND_KERNEL(attend_f32, KIND_F32, D)   \
     ATTEND_KERNEL(attend_bf16, KIND_BF16, D) \
     ATTEND_KERNEL(attend_fp8, KIND_FP8, D)
+#define ATTEND_SPLIT_HEADS(D)                                                        \
+    SPLIT_HEADS(attend_f32, KIND_F32, D, 2) SPLIT_HEADS(attend_f32, KIND_F32, D, 4)     \
+    SPLIT_HEADS(attend_bf16, KIND_BF16, D, 2) SPLIT_HEADS(attend_bf16, KIND_BF16, D, 4) \
+    SPLIT_HEADS(attend_fp8, KIND_FP8, D, 2) SPLIT_HEADS(attend_fp8, KIND_FP8, D, 4)
 ATTEND_KERNELS(32)
 ATTEND_KERNELS(64)
 ATTEND_KERNELS(128)
 ATTEND_KERNELS(256)
+ATTEND_SPLIT_HEADS(32)
+ATTEND_SPLIT_HEADS(64)
+ATTEND_SPLIT_HEADS(128)
 
 }  // extern "C"

@@ -6,7 +6,9 @@ the choice weighs speed and what the device can launch, never the result:
 * "tile": launches of at least `options.attend_tile` rows (a prompt or verify step); a block
   per (tile of rows, KV head) stages each chunk of keys once for its pairs;
 * "split": launches of fewer than `options.attend_split` (row, q head) pairs (a decode
-  step); a block per key group, the last one of a pair merging;
+  step); a block per key group, the last one of a pair merging; at D <= STAGE_DIMS a block
+  takes up to `options.attend_split_heads` q heads of one KV head (SPLIT_HEADS), each chunk
+  staged once for them;
 * "pair": a block per (row, q head) pair, the rest.
 
 A form whose block needs more shared memory than the device gives is passed over: the tile's
@@ -24,6 +26,7 @@ CODE_BYTES = {"f32": 4, "bf16": 2, "fp8": 1}  # a stored code of each kind
 STAGE_DIMS = 128  # the split and tile kernels stage a chunk's codes in shared memory up to this D
 TILE_PAIRS = 16  # (row, q head) pairs a tile block takes at most
 TILE_WARPS = 8  # TILE_WARPS in cupy_attend_tile.cu: a tile block's warps, a pair each at a time
+SPLIT_HEADS = (4, 2)  # attend_<kind>_<D>_split<QH> in cupy_attend.cu (D <= STAGE_DIMS)
 
 
 @dataclass(frozen=True)
@@ -31,13 +34,33 @@ class Form:
     name: str  # "tile", "split" or "pair"
     shared: int  # bytes of shared memory a block asks for
     rows: int = 0  # tile: rows a block takes
+    heads: int = 1  # split: q heads (of one KV head) a block takes
+
+    @property
+    def kernel(self) -> str:
+        """The suffix of its kernel's name (CupyOps.attend_k[kind, d, suffix])."""
+        if self.name == "split":
+            return "_split" if self.heads == 1 else f"_split{self.heads}"
+        return "_tile" if self.name == "tile" else ""
 
 
-def split_shared(kind: str, d: int) -> int:
-    """Shared bytes of one split block: its floats, and at d <= STAGE_DIMS a chunk's K and V
-    codes (d keys of d codes each)."""
+def split_shared(kind: str, d: int, heads: int = 1) -> int:
+    """Shared bytes of one split block of `heads` q heads: their floats, and at d <=
+    STAGE_DIMS a chunk's K and V codes (d keys of d codes each), staged once for all."""
     staged = 2 * d * d * CODE_BYTES[kind] if d <= STAGE_DIMS else 0
-    return (6 * d + 2 * GROUPS) * 4 + staged
+    return heads * (6 * d + 2 * GROUPS) * 4 + staged
+
+
+def split_heads(hq: int, hkv: int, d: int, kind: str, options: Any, limit: int) -> int:
+    """q heads a split block takes: the most of SPLIT_HEADS that divides the q heads a KV
+    head, is at most options.attend_split_heads and fits `limit` bytes; else 1."""
+    if d > STAGE_DIMS:
+        return 1
+    for heads in SPLIT_HEADS:
+        fits = split_shared(kind, d, heads) <= limit
+        if heads <= options.attend_split_heads and (hq // hkv) % heads == 0 and fits:
+            return heads
+    return 1
 
 
 def tile_shared(kind: str, d: int, pairs: int, rows: int) -> int:
@@ -71,7 +94,8 @@ def choose(n: int, hq: int, hkv: int, d: int, kind: str, options: Any, limit: in
     if rows:
         return Form("tile", tile_shared(kind, d, rows * (hq // hkv), rows), rows)
     if n * hq < options.attend_split and split_shared(kind, d) <= limit:
-        return Form("split", split_shared(kind, d))
+        heads = split_heads(hq, hkv, d, kind, options, limit)
+        return Form("split", split_shared(kind, d, heads), heads=heads)
     return Form("pair", pair_shared(d))
 
 
@@ -79,4 +103,5 @@ def shared_asks(kind: str, d: int, limit: int) -> dict[str, int]:
     """What each form's kernel at (kind, d) must be allowed past the 48 KB a launch gets
     unasked (at most `limit`): the most any of its launches asks for."""
     need = {"_split": split_shared(kind, d), "_tile": tile_shared(kind, d, TILE_PAIRS, TILE_PAIRS)}
+    need |= {f"_split{h}": split_shared(kind, d, h) for h in SPLIT_HEADS}
     return {form: min(b, limit) for form, b in need.items() if b > 48 << 10}

@@ -74,12 +74,13 @@ def attend(ops: Any, kind: str, q: Any, kc: Any, vc: Any, ke: Any, ve: Any, meta
         grid = (-(-n // form.rows), hkv)
         tile_args = (*args[:-4], np.int32(n), *sizes, np.int32(form.rows))
         block = (32 * TILE_WARPS,)
-        ops.attend_k[kind, d, "_tile"](grid, block, tile_args, shared_mem=form.shared)
-    elif form.name == "split":  # one block per group; the last one merges
+        ops.attend_k[kind, d, form.kernel](grid, block, tile_args, shared_mem=form.shared)
+    elif form.name == "split":  # one block per group (of `heads` q heads); the last merges
         part = cp.empty(n * hq * GROUPS * (d + 2), dtype=cp.float32)
         count = ops.split_counters(n * hq)
-        ops.attend_k[kind, d, "_split"](
-            (n, hq, GROUPS), (d,), (*args, part, count), shared_mem=form.shared
+        grid, block = (n, hq // form.heads, GROUPS), (d * form.heads,)
+        ops.attend_k[kind, d, form.kernel](
+            grid, block, (*args, part, count), shared_mem=form.shared
         )
     else:
         block = (d * GROUPS,)

@@ -30,7 +30,7 @@ import numpy as np
 
 from engine.errors import EngineFailure
 from engine.ops import cupy_attention, cupy_gemm, cupy_heads, cupy_moe, cupy_norms, cupy_rows
-from engine.ops.cupy_attend_plan import ATTEND_HEAD_DIMS, STAGE_DIMS
+from engine.ops.cupy_attend_plan import ATTEND_HEAD_DIMS, SPLIT_HEADS, STAGE_DIMS
 from engine.ops.cupy_blas import Cublas
 from engine.ops.cupy_graph import Body, StepGraph, StepGraphs
 from engine.ops.cupy_info import device_info
@@ -113,8 +113,8 @@ class CupyOps:
             (kind, d, split): self.module.get_function(f"attend_{kind}_{d}{split}")
             for kind in KINDS
             for d in ATTEND_HEAD_DIMS
-            for split in ("", "_split", "_tile")
-            if split != "_tile" or d <= STAGE_DIMS
+            for split in ("", "_split", "_tile", *(f"_split{h}" for h in SPLIT_HEADS))
+            if split in ("", "_split") or d <= STAGE_DIMS
         }
         self.shared_limit = cupy_attention.shared_limit()
         cupy_attention.allow_shared(self.attend_k, self.shared_limit)

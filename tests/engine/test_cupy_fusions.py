@@ -61,12 +61,16 @@ def test_norm_rope_store_equals_norm_rope_then_store(ops, kind) -> None:  # type
         assert _codes(two, 0) == _codes(one, 0)  # the other layer untouched
 
 
+@pytest.mark.parametrize("heads", [1, 2, 4])
 @pytest.mark.parametrize("kind", ["f32", "bf16"])
-def test_split_attention_merges_in_its_last_block(ops, monkeypatch, kind) -> None:  # type: ignore[no-untyped-def]
-    """The split launch (its last block merging) == the one-block-per-pair launch, launch
-    after launch: each merging block sets its counter back, so a second and third launch
-    over the same counters elect again (all counters read zero after each)."""
+def test_split_attention_merges_in_its_last_block(ops, monkeypatch, kind, heads) -> None:  # type: ignore[no-untyped-def]
+    """The split launch (its last block merging; a block of 1, 2 or 4 q heads of one KV
+    head, the chunk staged once for them) == the one-block-per-pair launch, launch after
+    launch: each merging slot sets its counter back, so a second and third launch over the
+    same counters elect again (all counters read zero after each)."""
     import cupy as cp
+
+    from engine.ops.cupy_attend_plan import choose
 
     rng = np.random.default_rng(17)
     pages, page_rows, hq, hkv, d, n = 12, 32, 8, 2, 128, 5
@@ -81,7 +85,10 @@ def test_split_attention_merges_in_its_last_block(ops, monkeypatch, kind) -> Non
     q = cp.asarray(rng.standard_normal((n, hq, d)).astype(np.float32))
     got = {}
     for split in (0, 10**6, 10**6, 10**6):
-        monkeypatch.setattr(ops, "options", dataclasses.replace(ops.options, attend_split=split))
+        opts = dataclasses.replace(ops.options, attend_split=split, attend_split_heads=heads)
+        monkeypatch.setattr(ops, "options", opts)
+        if split:
+            assert choose(n, hq, hkv, d, kind, opts, ops.shared_limit).heads == heads
         out = ops.attend(kind, q, kv.k[0], kv.v[0], None, None, meta)
         twin = ops._bf16[1]
         got.setdefault(split, []).append((out.tobytes(), twin.tobytes()))
