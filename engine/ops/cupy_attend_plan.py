@@ -6,9 +6,10 @@ the choice weighs speed and what the device can launch, never the result:
 * "tile": launches of at least `options.attend_tile` rows (a prompt or verify step); a block
   per (tile of rows, KV head) stages each chunk of keys once for its pairs;
 * "split": launches of fewer than `options.attend_split` (row, q head) pairs (a decode
-  step); a block per key group, the last one of a pair merging; at D <= STAGE_DIMS a block
-  takes up to `options.attend_split_heads` q heads of one KV head (SPLIT_HEADS), each chunk
-  staged once for them;
+  step); a block per key group, the last one of a pair merging; at D <= STAGE_DIMS and at
+  least `options.attend_heads_from` pairs a block takes up to `options.attend_split_heads` q
+  heads of one KV head (SPLIT_HEADS), each chunk staged once for them (half the blocks: a
+  gain where one-head blocks would not all run at once, a loss where they would);
 * "pair": a block per (row, q head) pair, the rest.
 
 A form whose block needs more shared memory than the device gives is passed over: the tile's
@@ -51,10 +52,11 @@ def split_shared(kind: str, d: int, heads: int = 1) -> int:
     return heads * (6 * d + 2 * GROUPS) * 4 + staged
 
 
-def split_heads(hq: int, hkv: int, d: int, kind: str, options: Any, limit: int) -> int:
-    """q heads a split block takes: the most of SPLIT_HEADS that divides the q heads a KV
-    head, is at most options.attend_split_heads and fits `limit` bytes; else 1."""
-    if d > STAGE_DIMS:
+def split_heads(n: int, hq: int, hkv: int, d: int, kind: str, options: Any, limit: int) -> int:
+    """q heads a split block of a launch of n rows takes: from options.attend_heads_from
+    pairs on, the most of SPLIT_HEADS that divides the q heads a KV head, is at most
+    options.attend_split_heads and fits `limit` bytes; else 1."""
+    if d > STAGE_DIMS or n * hq < max(1, options.attend_heads_from):
         return 1
     for heads in SPLIT_HEADS:
         fits = split_shared(kind, d, heads) <= limit
@@ -94,7 +96,7 @@ def choose(n: int, hq: int, hkv: int, d: int, kind: str, options: Any, limit: in
     if rows:
         return Form("tile", tile_shared(kind, d, rows * (hq // hkv), rows), rows)
     if n * hq < options.attend_split and split_shared(kind, d) <= limit:
-        heads = split_heads(hq, hkv, d, kind, options, limit)
+        heads = split_heads(n, hq, hkv, d, kind, options, limit)
         return Form("split", split_shared(kind, d, heads), heads=heads)
     return Form("pair", pair_shared(d))
 

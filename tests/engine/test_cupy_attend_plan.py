@@ -58,22 +58,28 @@ def test_tiles_shrink_to_fit_and_split_steps_aside() -> None:
 
 
 def test_split_blocks_take_the_q_heads_of_one_kv_head() -> None:
-    """A split block takes 4 or 2 q heads of one KV head where they divide its q heads and
-    fit; 1 past the staged head dims, where the knob says so, or nothing divides."""
+    """From 128 pairs on, a split block takes 4 or 2 q heads of one KV head where they
+    divide its q heads and fit; 1 below, past the staged head dims, where the knobs say so,
+    or where nothing divides."""
     opts = CupyOptions()
     hq, hkv, d = QWEN3_06B
-    form = choose(8, hq, hkv, d, "bf16", opts, H200)
+    form = choose(8, hq, hkv, d, "bf16", opts, H200)  # 8 streams: 128 pairs
     assert (form.name, form.heads, form.kernel) == ("split", 2, "_split2")
     assert form.shared == split_shared("bf16", d, 2)
-    assert choose(8, 32, 8, d, "bf16", opts, H200).heads == 4  # 4 q heads a KV head
-    assert choose(4, 64, 8, d, "bf16", opts, H200).heads == 4  # 8: two blocks of 4
+    one_stream = choose(1, hq, hkv, d, "bf16", opts, H200)  # 16 pairs: a head a block
+    assert (one_stream.name, one_stream.kernel) == ("split", "_split")
+    assert choose(7, hq, hkv, d, "bf16", opts, H200).heads == 1  # 112 pairs
+    assert choose(4, 32, 8, d, "bf16", opts, H200).heads == 4  # 4 q heads a KV head
+    assert choose(2, 64, 8, d, "bf16", opts, H200).heads == 4  # 8: two blocks of 4
     assert choose(8, 24, 4, d, "bf16", opts, H200).heads == 2  # 6: three blocks of 2
-    assert choose(8, 12, 4, d, "bf16", opts, H200).heads == 1  # 3: nothing divides
-    assert choose(8, 8, 8, d, "bf16", opts, H200).heads == 1  # no grouped query
+    assert choose(16, 12, 4, d, "bf16", opts, H200).heads == 1  # 3: nothing divides
+    assert choose(16, 8, 8, d, "bf16", opts, H200).heads == 1  # no grouped query
     assert choose(8, hq, hkv, 256, "bf16", opts, H200).kernel == "_split"  # D past staging
     one = CupyOptions(attend_split_heads=1)
     assert choose(8, 32, 8, d, "bf16", one, H200).kernel == "_split"
     two = CupyOptions(attend_split_heads=2)
     assert choose(8, 32, 8, d, "bf16", two, H200).heads == 2
+    always = CupyOptions(attend_heads_from=0)
+    assert choose(1, hq, hkv, d, "bf16", always, H200).heads == 2
     assert choose(512, hq, hkv, d, "bf16", opts, H200).kernel == "_tile"
     assert choose(63, hq, hkv, d, "bf16", opts, H200).kernel == ""

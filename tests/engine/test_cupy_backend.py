@@ -334,8 +334,9 @@ def test_engine_with_graph_decode_equals_eager(monkeypatch) -> None:  # type: ig
 
 @pytest.mark.parametrize("kind", ["f32", "bf16", "fp8"])
 def test_attention_split_into_group_blocks_keeps_the_bits(ops, monkeypatch, kind) -> None:  # type: ignore[no-untyped-def]
-    """A launch of few (row, head) pairs runs one block per key group and a merge: bit for bit
-    the one-block-per-(row, head) kernel's output, on paged codes, over 1-4 key chunks."""
+    """A launch of few (row, head) pairs runs one block per key group (of one q head or of
+    the two of a KV head) and a merge: bit for bit the one-block-per-(row, head) kernel's
+    output, on paged codes, over 1-4 key chunks."""
     import dataclasses
 
     import cupy as cp
@@ -376,11 +377,13 @@ def test_attention_split_into_group_blocks_keeps_the_bits(ops, monkeypatch, kind
         meta = (ptab, cp.zeros(n, dtype=cp.int32), cp.asarray(last), page_rows)
         q = cp.asarray(rng.standard_normal((n, hq, d)).astype(np.float32))
         got = {}
-        for split in (0, 10**6):
-            monkeypatch.setattr(
-                ops, "options", dataclasses.replace(ops.options, attend_split=split)
+        # one block per pair, then split blocks of one q head and of the two of a KV head
+        for split, heads_from in ((0, 0), (10**6, 10**6), (10**6, 1)):
+            opts = dataclasses.replace(
+                ops.options, attend_split=split, attend_heads_from=heads_from
             )
+            monkeypatch.setattr(ops, "options", opts)
             out = ops.attend(kind, q, kc, vc, ke, ve, meta)
             twin = ops._bf16[1]  # the bf16 bits attention wrote for the o projection
-            got[split] = (ops.to_numpy(out).tobytes(), ops.to_numpy(twin).tobytes())
-        assert got[0] == got[10**6], (d, n)
+            got[split, heads_from] = (ops.to_numpy(out).tobytes(), ops.to_numpy(twin).tobytes())
+        assert got[0, 0] == got[10**6, 10**6] == got[10**6, 1], (d, n)

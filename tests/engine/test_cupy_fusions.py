@@ -85,7 +85,9 @@ def test_split_attention_merges_in_its_last_block(ops, monkeypatch, kind, heads)
     q = cp.asarray(rng.standard_normal((n, hq, d)).astype(np.float32))
     got = {}
     for split in (0, 10**6, 10**6, 10**6):
-        opts = dataclasses.replace(ops.options, attend_split=split, attend_split_heads=heads)
+        opts = dataclasses.replace(
+            ops.options, attend_split=split, attend_split_heads=heads, attend_heads_from=1
+        )
         monkeypatch.setattr(ops, "options", opts)
         if split:
             assert choose(n, hq, hkv, d, kind, opts, ops.shared_limit).heads == heads

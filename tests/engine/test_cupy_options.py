@@ -21,6 +21,8 @@ def test_defaults_and_values_from_the_environment() -> None:
     assert CupyOptions.from_environ({}).attend_split == 512
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_SPLIT": "0"}).attend_split == 0
     assert CupyOptions.from_environ({}).attend_tile == 64
+    assert CupyOptions.from_environ({}).attend_split_heads == 4
+    assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_HEADS_FROM": "0"}).attend_heads_from == 0
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_TILE": "0"}).attend_tile == 0
     assert CupyOptions.from_environ({}).graph_rows == 64
     assert CupyOptions.from_environ({"ENGINE_CUPY_GRAPH_ROWS": "512"}).graph_rows == 512
@@ -42,6 +44,8 @@ def test_defaults_and_values_from_the_environment() -> None:
         ({"ENGINE_CUPY_ATTEND_SPLIT": "many"}, "ENGINE_CUPY_ATTEND_SPLIT"),
         ({"ENGINE_CUPY_GRAPH_ROWS": "-8"}, "ENGINE_CUPY_GRAPH_ROWS"),
         ({"ENGINE_CUPY_ATTEND_TILE": "x"}, "ENGINE_CUPY_ATTEND_TILE"),
+        ({"ENGINE_CUPY_ATTEND_SPLIT_HEADS": "two"}, "ENGINE_CUPY_ATTEND_SPLIT_HEADS"),
+        ({"ENGINE_CUPY_ATTEND_HEADS_FROM": "-1"}, "ENGINE_CUPY_ATTEND_HEADS_FROM"),
         ({"ENGINE_CUPY_GEMM": "cutlass"}, "ENGINE_CUPY_GEMM"),
         ({"ENGINE_CUPY_GEMM": ""}, "ENGINE_CUPY_GEMM"),
         ({"ENGINE_CUPY_PDL": "on"}, "ENGINE_CUPY_PDL"),
