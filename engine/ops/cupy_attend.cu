@@ -120,6 +120,8 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
                              unsigned short* outb, int hq, int hkv, int page_rows, float scale,
                              float* part, int* count) {
     extern __shared__ float sh[];
+    // a merging split slot's ATT_NG outputs fill its 4 D floats of ps, red, kex, vex
+    static_assert(!SPLIT || QH == 1 || ATT_NG <= 4, "split slots merge over 4 D floats");
     // slots of D threads: the pair's groups (one block per pair), or q heads (split)
     constexpr int NGB = SPLIT ? QH : ATT_NG;
     constexpr int NQ = SPLIT ? QH : 1;  // q rows held: each split slot has its own head's

@@ -83,3 +83,15 @@ def test_split_blocks_take_the_q_heads_of_one_kv_head() -> None:
     assert choose(1, hq, hkv, d, "bf16", always, H200).heads == 2
     assert choose(512, hq, hkv, d, "bf16", opts, H200).kernel == "_tile"
     assert choose(63, hq, hkv, d, "bf16", opts, H200).kernel == ""
+
+
+def test_the_plan_counts_the_kernels_groups() -> None:
+    """GROUPS is cupy_kernels.cu's ATT_NG (the split form's parts and merge areas)."""
+    import re
+    from pathlib import Path
+
+    from engine.ops import cupy_attend_plan
+
+    src = (Path(cupy_attend_plan.__file__).parent / "cupy_kernels.cu").read_text()
+    found = re.search(r"#define ATT_NG (\d+)", src)
+    assert found and int(found.group(1)) == cupy_attend_plan.GROUPS

@@ -334,16 +334,17 @@ def test_engine_with_graph_decode_equals_eager(monkeypatch) -> None:  # type: ig
 
 @pytest.mark.parametrize("kind", ["f32", "bf16", "fp8"])
 def test_attention_split_into_group_blocks_keeps_the_bits(ops, monkeypatch, kind) -> None:  # type: ignore[no-untyped-def]
-    """A launch of few (row, head) pairs runs one block per key group (of one q head or of
-    the two of a KV head) and a merge: bit for bit the one-block-per-(row, head) kernel's
+    """A launch of few (row, head) pairs runs one block per key group (of one q head, or of
+    the 2 or 4 of a KV head) and a merge: bit for bit the one-block-per-(row, head) kernel's
     output, on paged codes, over 1-4 key chunks."""
     import dataclasses
 
     import cupy as cp
 
     rng = np.random.default_rng(11)
-    for d, n in ((64, 1), (128, 3), (128, 8), (256, 2)):
-        pages, page_rows, hq, hkv = 40, 16, 4, 2
+    for d, n, hq in ((64, 1, 4), (128, 3, 4), (128, 8, 4), (256, 2, 4), (32, 4, 8), (64, 3, 8),
+                     (128, 5, 8)):  # fmt: skip
+        pages, page_rows, hkv = 40, 16, 2  # hq 8: blocks of 4 q heads where they group
         shape = (pages * page_rows, hkv, d)
         ke = ve = None
         if kind == "f32":
