@@ -5,8 +5,11 @@
 
 Each outermost Ops call is timed with CUDA events around it and a synchronize after it, so
 a figure is the GPU time of that call's kernels plus the host time of launching them (small
-calls read mostly launch time; a long prompt step's calls are mostly GPU time). Graph
-replays are off: every step runs eagerly.
+calls read mostly launch time; a long prompt step's calls are mostly GPU time). With
+`--gpu-only`, a kernel that spins for `--hold-us` is queued before each call, so the call's
+launches are all queued before the GPU reaches them and the events read its kernels' GPU
+time alone (a call that waits on the host inside, a copy back, reads its host time too).
+Graph replays are off: every step runs eagerly.
 """
 
 from __future__ import annotations
@@ -27,15 +30,31 @@ UNTIMED = {"asarray", "to_numpy", "new_kv", "new_lanes", "step_graph", "run_grap
 UNTIMED |= {"graph_rows", "memory_available", "split_counters", "moe_in_graph"}
 
 
-class OpTimer:
-    """Wraps every public method of the ops class; `stats` maps name -> [calls, ms]."""
+SPIN = r"""
+extern "C" __global__ void spin(long long cycles) {
+    const long long start = clock64();
+    while (clock64() - start < cycles) {
+    }
+}
+"""
 
-    def __init__(self, cls: type) -> None:
+
+class OpTimer:
+    """Wraps every public method of the ops class; `stats` maps name -> [calls, ms]. hold_us:
+    where > 0, a spinning kernel of about that long goes before each timed call."""
+
+    def __init__(self, cls: type, hold_us: float = 0.0) -> None:
         import cupy as cp
 
         self.cp = cp
         self.stats: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
         self.depth = 0
+        self.hold = None
+        if hold_us > 0:
+            # cudaDevAttrClockRate, kHz (an H200's 1,980 MHz where the runtime gives none)
+            rate = cp.cuda.runtime.deviceGetAttribute(13, cp.cuda.Device().id) or 1_980_000
+            self.cycles = np.int64(hold_us * rate / 1e3)
+            self.hold = cp.RawKernel(SPIN, "spin")
         for name in dir(cls):
             fn = getattr(cls, name)
             if not name.startswith("_") and callable(fn) and name not in UNTIMED:
@@ -47,6 +66,8 @@ class OpTimer:
                 return fn(*args, **kw)
             self.depth += 1
             start, end = self.cp.cuda.Event(), self.cp.cuda.Event()
+            if self.hold is not None:
+                self.hold((1,), (1,), (self.cycles,))
             start.record()
             try:
                 return fn(*args, **kw)
@@ -73,6 +94,8 @@ def main() -> None:
     p.add_argument("--context", type=int, default=512)
     p.add_argument("--streams", type=int, nargs="+", default=[1, 8])
     p.add_argument("--kv", default="bf16")
+    p.add_argument("--gpu-only", action="store_true", help="queue each call behind a spin")
+    p.add_argument("--hold-us", type=float, default=300.0, help="the spin's length, µs")
     args = p.parse_args()
     import cupy as cp
 
@@ -82,7 +105,7 @@ def main() -> None:
 
     model = load_model(args.model, "cupy")
     model.ops.graphs = False
-    timer = OpTimer(cupy_ops.CupyOps)
+    timer = OpTimer(cupy_ops.CupyOps, args.hold_us if args.gpu_only else 0.0)
     page_rows, ctx, vocab = 16, args.context, model.config.vocab_size
     rng = np.random.default_rng(0)
 
