@@ -105,11 +105,12 @@ __device__ __forceinline__ void copy_chunk(const void* kc, const void* vc, const
 //
 // SPLIT: the same work with each group in its own block (blockIdx.z = g), for launches of
 // few (row, head) pairs, which would leave most SMs idle; a block takes QH q heads of one KV
-// head (QH D threads, slot gb = its head h = blockIdx.y * QH + gb; QH divides the q heads a KV
-// head), each slot a pair's arithmetic of its own over the one chunk staged for all; a group writes its
-// (max, sum, output) to part[], and the block of the pair that finishes last (elected by an
-// atomic counter, count[], which no value passes through) merges the four in group order with
-// the same float operations as the end of this kernel. The two forms give the same bits. At D <= 128
+// head (QH D threads, slot gb = its head h = blockIdx.y * QH + gb; QH divides the q heads a
+// KV head), each slot a pair's arithmetic of its own over the one chunk staged for all; a
+// group writes its (max, sum, output) to part[], and the block of the pair that finishes last
+// (elected by an atomic counter, count[], which no value passes through) merges the four in
+// group order with the same float operations as the end of this kernel. The two forms give
+// the same bits. At D <= 128
 // the split form first copies a chunk's K and V codes into shared memory (cp.async, all in
 // flight at once) and reads them there: the same values in the same order, one wait on
 // memory a chunk instead of one per few keys.

@@ -64,7 +64,9 @@ class CupyOptions:
 
     def __post_init__(self) -> None:
         if self.row_tile < 0:
-            raise InputError(f"ENGINE_CUPY_ROW_TILE: must be >= 1, got {self.row_tile}")
+            raise InputError(
+                f"ENGINE_CUPY_ROW_TILE: must be >= 1 (0: by the GEMM), got {self.row_tile}"
+            )
         if self.graph_rows < 0:
             raise InputError(f"cupy options: graph_rows must be >= 0, got {self.graph_rows}")
         if self.attend_split < 0:
@@ -82,9 +84,8 @@ class CupyOptions:
         ENGINE_CUPY_GRAPHS (1 or 0, default 1), ENGINE_CUPY_PDL (1 or 0, default 1),
         ENGINE_CUPY_ATTEND_SPLIT, ENGINE_CUPY_ATTEND_SPLIT_HEADS, ENGINE_CUPY_ATTEND_HEADS_FROM,
         ENGINE_CUPY_ATTEND_TILE and ENGINE_CUPY_GRAPH_ROWS (integers >= 0, default 512, 4,
-        128, 64 and 64), ENGINE_CUPY_GEMM
-        (mma, cublas or own, default mma); a bad value is one InputError naming the
-        variable."""
+        128, 64 and 64), ENGINE_CUPY_GEMM (mma, cublas or own, default mma); a bad value is
+        one InputError naming the variable."""
         env = os.environ if environ is None else environ
         tile = env.get("ENGINE_CUPY_ROW_TILE", "").strip()
         if tile and (not tile.isdigit() or int(tile) < 1):
