@@ -101,12 +101,20 @@ def decoder_block(
     if layer.moe is not None:
         mlp = ops.moe_ffn(h, layer.moe)
     else:
-        gu = ops.linear(h, layer.gate_up)
-        inter = config.intermediate_size
-        mlp = ops.linear(ops.silu_mul(gu[:, :inter], gu[:, inter:]), layer.down)
+        mid = gate_up_silu(ops, h, layer.gate_up, config.intermediate_size)
+        mlp = ops.linear(mid, layer.down)
     if norm is None:
         return ops.add(x, mlp), None
     return add_norm(ops, x, mlp, norm, eps)
+
+
+def gate_up_silu(ops: Ops, h: Array, gate_up: Array, inter: int) -> Array:
+    """silu(h . gate^T) * (h . up^T): one fused call where the backend has it."""
+    fused = ops.linear_silu(h, gate_up, inter)
+    if fused is not None:
+        return fused
+    gu = ops.linear(h, gate_up)
+    return ops.silu_mul(gu[:, :inter], gu[:, inter:])
 
 
 def add_norm(ops: Ops, a: Array, b: Array, w: Array, eps: float) -> tuple[Array, Array]:

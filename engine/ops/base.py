@@ -160,6 +160,11 @@ class Ops(Protocol):
         where the backend has none (the forward then adds, then norms)."""
         ...
 
+    def linear_silu(self, x: Array, w: Array, inter: int) -> Array | None:
+        """silu_mul of linear(x, w)'s two halves (w: the gate rows, then the up rows) in one
+        fused call with the bits of the two ops, or None where the backend has none."""
+        ...
+
     @property
     def graph_rows(self) -> int:
         """The most rows a step may have to go through `run_graph` (0: the backend has no

@@ -54,21 +54,20 @@ __device__ __forceinline__ void mma_load(uint4* p, uint4* q, uint4* P, uint4* Q,
     }
 }
 
-// grid (ceil(N / 16), ceil(M / (8 T))), block 32 S, shared S * 16 * 8 T floats.
-// T: tiles of 8 x rows a warp takes; U: chunks a warp loads before its first mma (bytes in
-// flight). Neither changes a sum.
+// The block's slice sums of the weight rows at wa (tile rows 0-7, by g) and wb (rows 8-15)
+// over the x rows r0.. (8 T of them): part[slice][x row of the block][weight row], then a
+// barrier. T: tiles of 8 x rows a warp takes; U: chunks a warp loads before its first mma
+// (bytes in flight). Neither changes a sum.
 template <int T, int U>
-__device__ __forceinline__ void mma_gemm(const unsigned short* __restrict__ x, long long xs,
-                                         const unsigned short* __restrict__ w,
-                                         float* __restrict__ y, int M, int N, int K) {
-    extern __shared__ float part[];
+__device__ __forceinline__ void mma_slices(const unsigned short* __restrict__ x, long long xs,
+                                           const unsigned short* __restrict__ wa,
+                                           const unsigned short* __restrict__ wb, int r0, int M,
+                                           int K, float* part) {
     const int S = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
-    const int n0 = blockIdx.x * 16, r0 = blockIdx.y * 8 * T;
     const int chunks = K / MMA_CHUNK;
-    // rows past N or M read the last real one; their sums are never written
-    const unsigned short* wa = w + (long long)min(n0 + g, N - 1) * K + 8 * t;
-    const unsigned short* wb = w + (long long)min(n0 + g + 8, N - 1) * K + 8 * t;
+    wa += 8 * t;
+    wb += 8 * t;
     const unsigned short* xr[T];
 #pragma unroll
     for (int i = 0; i < T; ++i) xr[i] = x + (long long)min(r0 + 8 * i + g, M - 1) * xs + 8 * t;
@@ -93,7 +92,6 @@ __device__ __forceinline__ void mma_gemm(const unsigned short* __restrict__ x, l
         }
         mma_load<U>(p, q, P, Q, wa, wb, j0 + S * U, S, chunks);
     }
-    // slice sums to shared memory, [slice][x row of the block][weight row]
     const int cols = 8 * T;
 #pragma unroll
     for (int i = 0; i < T; ++i) {
@@ -104,11 +102,60 @@ __device__ __forceinline__ void mma_gemm(const unsigned short* __restrict__ x, l
         at[16 + g + 8] = acc[i][3];
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < 16 * cols; e += blockDim.x) {
+}
+
+// entry e of the block's tile ([x row][weight row]) summed over the slices in slice order
+__device__ __forceinline__ float slice_sum(const float* part, int e, int tile) {
+    float s = part[e];
+    for (int v = 1; v < (int)(blockDim.x >> 5); ++v) s += part[v * tile + e];
+    return s;
+}
+
+// grid (ceil(N / 16), ceil(M / (8 T))), block 32 S, shared S * 16 * 8 T floats.
+template <int T, int U>
+__device__ __forceinline__ void mma_gemm(const unsigned short* __restrict__ x, long long xs,
+                                         const unsigned short* __restrict__ w,
+                                         float* __restrict__ y, int M, int N, int K) {
+    extern __shared__ float part[];
+    const int g = (threadIdx.x & 31) >> 2;
+    const int n0 = blockIdx.x * 16, r0 = blockIdx.y * 8 * T;
+    // rows past N or M read the last real one; their sums are never written
+    mma_slices<T, U>(x, xs, w + (long long)min(n0 + g, N - 1) * K,
+                     w + (long long)min(n0 + g + 8, N - 1) * K, r0, M, K, part);
+    const int tile = 16 * 8 * T;
+    for (int e = threadIdx.x; e < tile; e += blockDim.x) {
         const int n = n0 + (e & 15), r = r0 + (e >> 4);
-        float s = part[e];
-        for (int v = 1; v < S; ++v) s += part[v * 16 * cols + e];
+        const float s = slice_sum(part, e, tile);
         if (n < N && r < M) y[(long long)r * N + n] = s;
+    }
+}
+
+// y [M, I] = silu(gate) * up of a gate_up weight w [2 I, K] (the I gate rows, then the I up
+// rows) and its bf16 bits into yb where not null: a block's 16-row tile is the gate rows
+// n0..n0+7 and the up rows of the same outputs, so an output's two sums (each mma_gemm's, in
+// its order) meet in one block, then silu_mul's float operations (cupy_kernels.cu).
+// grid (ceil(I / 8), ceil(M / (8 T))).
+template <int T, int U>
+__device__ __forceinline__ void mma_silu(const unsigned short* __restrict__ x, long long xs,
+                                         const unsigned short* __restrict__ w,
+                                         float* __restrict__ y, unsigned short* __restrict__ yb,
+                                         int M, int I, int K) {
+    extern __shared__ float part[];
+    const int g = (threadIdx.x & 31) >> 2;
+    const int n0 = blockIdx.x * 8, r0 = blockIdx.y * 8 * T;
+    const long long gate = min(n0 + g, I - 1);
+    mma_slices<T, U>(x, xs, w + gate * K, w + (I + gate) * K, r0, M, K, part);
+    const int tile = 16 * 8 * T;
+    for (int e = threadIdx.x; e < 8 * 8 * T; e += blockDim.x) {
+        const int j = e & 7, rr = e >> 3, n = n0 + j, r = r0 + rr;
+        const float gs = slice_sum(part, rr * 16 + j, tile);
+        const float us = slice_sum(part, rr * 16 + 8 + j, tile);
+        if (n < I && r < M) {
+            const float v = (gs / (1.0f + expf(-gs))) * us;
+            const long long o = (long long)r * I + n;
+            y[o] = v;
+            if (yb) yb[o] = f32_to_bf16(v);
+        }
     }
 }
 
@@ -117,8 +164,14 @@ __device__ __forceinline__ void mma_gemm(const unsigned short* __restrict__ x, l
                                             const unsigned short* w, float* y, int M, int N, \
                                             int K) {                                          \
         mma_gemm<T, U>(x, xs, w, y, M, N, K);                                                 \
+    }                                                                                         \
+    extern "C" __global__ void mma_silu_##T(const unsigned short* x, long long xs,            \
+                                            const unsigned short* w, float* y,               \
+                                            unsigned short* yb, int M, int I, int K) {        \
+        mma_silu<T, U>(x, xs, w, y, yb, M, I, K);                                             \
     }
 MMA_KERNEL(1, 4)
 MMA_KERNEL(2, 2)
 MMA_KERNEL(4, 1)
 MMA_KERNEL(8, 1)
+

@@ -29,7 +29,16 @@ import ml_dtypes
 import numpy as np
 
 from engine.errors import EngineFailure
-from engine.ops import cupy_attention, cupy_gemm, cupy_heads, cupy_moe, cupy_norms, cupy_rows
+from engine.ops import (
+    cupy_attention,
+    cupy_fused_linear,
+    cupy_gemm,
+    cupy_heads,
+    cupy_moe,
+    cupy_norms,
+    cupy_probe,
+    cupy_rows,
+)
 from engine.ops.cupy_attend_plan import ATTEND_HEAD_DIMS, SPLIT_HEADS, STAGE_DIMS
 from engine.ops.cupy_blas import Cublas
 from engine.ops.cupy_graph import Body, StepGraph, StepGraphs
@@ -106,7 +115,8 @@ class CupyOps:
             for n in (
                 "to_bf16", "rms_norm", "add_rms_norm", "embed_norm_concat", "rope", "silu_mul",
                 "kv_store", "kv_store2", "qk_norm_rope", "qkv_norm_rope_store", "expert_gemv",
-                "moe_route", "moe_gate_up", "moe_down", *cupy_gemm.KERNELS, *cupy_gemm.MMA_KERNELS,
+                "moe_route", "moe_gate_up", "moe_down", *cupy_gemm.KERNELS,
+                *cupy_gemm.MMA_KERNELS, *(f"mma_silu_{t}" for t in cupy_gemm.MMA_TILES),
             )
         }  # fmt: skip
         self.attend_k = {
@@ -175,24 +185,30 @@ class CupyOps:
         same = x.data.ptr == y.data.ptr and x.shape == y.shape and x.strides == y.strides
         return twin[1] if same and x.dtype == y.dtype else None
 
-    def linear(self, x: Any, w: CupyWeight) -> Any:
+    def bf16_rows(self, x: Any, w: CupyWeight) -> tuple[Any, int]:
+        """x's bf16 bits [rows padded to the tile, k] for a GEMM with w, and its row count:
+        the twin a kernel wrote beside x (rms_norm, silu_mul, attention: the same bits
+        to_bf16 would make of the same floats, one launch fewer), else one to_bf16 launch."""
         xb = self._twin_of(x)
         if xb is not None:
-            # x came from rms_norm or silu_mul, which wrote its bf16 bits beside it: the same
-            # bits to_bf16 would make (f32_to_bf16 of the same floats), one launch fewer
             m, k = x.shape
         else:
             x = cp.ascontiguousarray(x, dtype=F32)
             m, k = x.shape
         if k != w.k:
             raise EngineFailure(f"cupy linear: input has {k} columns, weight expects {w.k}")
-        t = self.row_tile
-        padded = max(1, -(-m // t)) * t
         if xb is None:
+            padded = max(1, -(-m // self.row_tile)) * self.row_tile
             xb = cp.empty((padded, k), dtype=cp.uint16)
             self.k["to_bf16"](
                 _blocks(padded * k), (256,), (x, xb, np.int64(m * k), np.int64(padded * k))
             )
+        return xb, m
+
+    def linear(self, x: Any, w: CupyWeight) -> Any:
+        xb, m = self.bf16_rows(x, w)
+        k, t = w.k, self.row_tile
+        padded = max(1, -(-m // t)) * t
         if self._own_gemm(w):
             own = cupy_gemm.mma if self.options.gemm == "mma" else cupy_gemm.gemm
             return own(self, xb, m, w)
@@ -207,27 +223,12 @@ class CupyOps:
                 self.blas.gemm_bf16_tiles(x_ptr, w.data.data.ptr, y_ptr, t, count, w.n, k)
         return y[:m]
 
+    def linear_silu(self, x: Any, w: CupyWeight, inter: int) -> Any | None:
+        return cupy_fused_linear.linear_silu(self, x, w, inter)
+
     def probe_linear(self, w: CupyWeight) -> None:
         """Refuse to run if a row's bits change with its slot or its neighbours."""
-        t = self.row_tile
-        rs = cp.random.RandomState(w.k * 7919 + w.n)
-        row = rs.standard_normal((1, w.k), dtype=F32)
-        alone = self.linear(row, w)
-        # (slot, rows): the second slot and the last of one tile, one past the second tile's
-        # first, the first of three tiles (at tile 1: the rows as many, the slots in range)
-        for pos, rows in (
-            (min(1, t - 1), t),
-            (t - 1, t),
-            (t + 2, max(2 * t + 1, t + 3)),
-            (0, 3 * t),
-        ):
-            x = rs.standard_normal((rows, w.k), dtype=F32)
-            x[pos] = row[0]
-            if not bool(cp.array_equal(self.linear(x, w)[pos : pos + 1], alone)):
-                raise EngineFailure(
-                    f"cupy backend: cuBLAS is not row-invariant at tile {t} for a "
-                    f"{w.k}x{w.n} weight; exactness cannot be guaranteed on this GPU"
-                )
+        cupy_probe.probe_linear(self, w)
 
     # ---- elementwise and per-row kernels --------------------------------------------
     def embed(self, table: Any, ids: Any) -> Any:

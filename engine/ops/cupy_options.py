@@ -28,6 +28,7 @@ _COUNTS = (
     ("ATTEND_HEADS_FROM", "attend_heads_from"),
     ("ATTEND_TILE", "attend_tile"),
     ("GRAPH_ROWS", "graph_rows"),
+    ("SILU_EPILOGUE", "silu_epilogue"),
 )
 
 
@@ -61,6 +62,9 @@ class CupyOptions:
     # the next kernel's launch overlaps the tail of the one before; the same kernels, bits.
     # Hopper and later (CupyOps turns it off on older GPUs)
     pdl: bool = True
+    # with mma, the gate/up GEMM makes SiLU-mul's output in the same launch
+    # (cupy_fused_linear.py; the same bits). 1: on, 0: off
+    silu_epilogue: int = 1
 
     def __post_init__(self) -> None:
         if self.row_tile < 0:
@@ -73,6 +77,8 @@ class CupyOptions:
             raise InputError(f"ENGINE_CUPY_ATTEND_SPLIT: must be >= 0, got {self.attend_split}")
         if self.attend_tile < 0:
             raise InputError(f"ENGINE_CUPY_ATTEND_TILE: must be >= 0, got {self.attend_tile}")
+        if self.silu_epilogue not in (0, 1):
+            raise InputError(f"ENGINE_CUPY_SILU_EPILOGUE: must be 0 or 1, got {self.silu_epilogue}")
         if self.gemm not in GEMMS:
             raise InputError(f"ENGINE_CUPY_GEMM: '{self.gemm}' is not one of {', '.join(GEMMS)}")
         if not self.row_tile:
@@ -84,8 +90,9 @@ class CupyOptions:
         ENGINE_CUPY_GRAPHS (1 or 0, default 1), ENGINE_CUPY_PDL (1 or 0, default 1),
         ENGINE_CUPY_ATTEND_SPLIT, ENGINE_CUPY_ATTEND_SPLIT_HEADS, ENGINE_CUPY_ATTEND_HEADS_FROM,
         ENGINE_CUPY_ATTEND_TILE and ENGINE_CUPY_GRAPH_ROWS (integers >= 0, default 512, 4,
-        128, 64 and 64), ENGINE_CUPY_GEMM (mma, cublas or own, default mma); a bad value is
-        one InputError naming the variable."""
+        128, 64 and 64), ENGINE_CUPY_SILU_EPILOGUE (0 or 1, default 1), ENGINE_CUPY_GEMM
+        (mma, cublas or own, default mma); a bad value is one InputError naming the
+        variable."""
         env = os.environ if environ is None else environ
         tile = env.get("ENGINE_CUPY_ROW_TILE", "").strip()
         if tile and (not tile.isdigit() or int(tile) < 1):

@@ -167,6 +167,9 @@ class MlxOps:
     def add_rms_norm(self, *sum_and_norm: object) -> None:
         return None  # not fused: the forward adds, then norms
 
+    def linear_silu(self, *x_gate_up: object) -> None:
+        return None  # not fused: linear, then silu_mul
+
     def qk_norm_rope(self, *qkv_heads_norms_rope: object) -> None:
         return None  # not fused: the forward norms and ropes q and k op by op
 

@@ -32,6 +32,8 @@ def test_defaults_and_values_from_the_environment() -> None:
     assert CupyOptions.from_environ({"ENGINE_CUPY_GEMM": "mma"}).gemm == "mma"
     assert CupyOptions.from_environ({}).pdl is True
     assert CupyOptions.from_environ({"ENGINE_CUPY_PDL": "0"}).pdl is False
+    assert CupyOptions.from_environ({}).silu_epilogue == 1
+    assert CupyOptions.from_environ({"ENGINE_CUPY_SILU_EPILOGUE": "0"}).silu_epilogue == 0
 
 
 @pytest.mark.parametrize(
@@ -49,6 +51,8 @@ def test_defaults_and_values_from_the_environment() -> None:
         ({"ENGINE_CUPY_GEMM": "cutlass"}, "ENGINE_CUPY_GEMM"),
         ({"ENGINE_CUPY_GEMM": ""}, "ENGINE_CUPY_GEMM"),
         ({"ENGINE_CUPY_PDL": "on"}, "ENGINE_CUPY_PDL"),
+        ({"ENGINE_CUPY_SILU_EPILOGUE": "2"}, "ENGINE_CUPY_SILU_EPILOGUE"),
+        ({"ENGINE_CUPY_SILU_EPILOGUE": "on"}, "ENGINE_CUPY_SILU_EPILOGUE"),
     ],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], name: str) -> None:
