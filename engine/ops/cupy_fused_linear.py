@@ -4,9 +4,8 @@ gate rows of 8 outputs and the up rows of the same 8, so silu(gate) * up is made
 sums meet, with the bits of linear then silu_mul (tests/engine/test_cupy_epilogues.py). None
 where the fusion does not apply (another GEMM, other shapes): the caller runs the two.
 
-Measured and left on branch wip/norm-epilogue: the o and down projections' residual add and
-RMS norm made by the GEMM's last block (elected by a counter), exact but slower on the H200
-(docs/cupy.md).
+Measured and not kept: the o and down projections' residual add and RMS norm made by the
+GEMM's last block (elected by a counter), exact but slower on the H200 (docs/cupy.md).
 """
 
 from __future__ import annotations
