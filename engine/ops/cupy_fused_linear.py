@@ -35,7 +35,14 @@ def linear_silu(ops: Any, x: Any, w: Any, inter: int) -> Any | None:
         return None
     xb, m = ops.bf16_rows(x, w)
     y = cp.empty((m, inter), dtype=F32)
-    if m:
+    if m and cupy_gemm.wide(ops, m):
+        grid = (-(-inter // (cupy_gemm.WIDE_ROWS // 2)), -(-m // cupy_gemm.WIDE_ROWS))
+        args = (xb, np.int64(xb.shape[1]), w.data, y, or_null(ops._bf16_out(y)))
+        sizes = (np.int32(m), np.int32(inter), np.int32(w.k))
+        ops.k["mma_wide_silu"](
+            grid, (cupy_gemm.WIDE_THREADS,), (*args, *sizes), shared_mem=cupy_gemm.WIDE_SHARED
+        )
+    elif m:
         yb = ops._bf16_out(y)
         t = cupy_gemm.mma_tiles(m)
         s = _slices(w)

@@ -2,7 +2,9 @@
 cuBLAS's and from each other's: other summation orders):
 
 * `ENGINE_CUPY_GEMM=own` (cupy_gemm.cu): a warp per output and row group, CUDA cores;
-* `ENGINE_CUPY_GEMM=mma` (cupy_mma.cu): tensor cores, 16 weight rows by 8 x rows an mma.
+* `ENGINE_CUPY_GEMM=mma` (cupy_mma.cu): tensor cores, 16 weight rows by 8 x rows an mma;
+  from `options.wide_from` rows on, the same sums by blocks of 64 x 64 outputs whose
+  operands are staged in shared memory (cupy_mma_wide.cu).
 
 Each sums every output in an order that depends on K alone, so a row keeps its bits at every
 row count without cuBLAS's fixed row tile (no padding, no probe of batched calls).
@@ -20,6 +22,9 @@ WIDE = 4096  # outputs from which a warp takes two (more bytes in flight; the sa
 MMA_TILES = (1, 2, 4, 8)  # tiles of 8 x rows a warp takes (mma_gemm_T); not in the sums
 MMA_KERNELS = tuple(f"mma_gemm_{t}" for t in MMA_TILES)
 MMA_CHUNK, MMA_MAX_SLICES = 64, 8
+WIDE_KERNELS = ("mma_wide_gemm", "mma_wide_silu")
+WIDE_ROWS, WIDE_THREADS = 64, 128  # x rows and weight rows a block of the wide kernel, threads
+WIDE_SHARED = 3 * 2 * WIDE_ROWS * MMA_CHUNK * 2  # three stages of both tiles, bytes
 
 
 def fits(kind: str, k: int) -> bool:
@@ -47,13 +52,23 @@ def mma_tiles(m: int) -> int:
     return next((t for t in MMA_TILES if 8 * t >= m), MMA_TILES[-1])
 
 
+def wide(ops: Any, m: int) -> bool:
+    """Whether a GEMM of m rows takes the wide kernel (the same bits, another staging)."""
+    return 0 < ops.options.wide_from <= m
+
+
 def mma(ops: Any, xb: Any, m: int, w: Any, tiles: int = 0) -> Any:
     """y [m, w.n] float32 on the tensor cores (cupy_mma.cu); `tiles` of 8 x rows a warp
-    (0: by m). The slices S depend on K alone; tiles never change a bit."""
+    (0: by m, or the wide kernel from options.wide_from rows). The slices S depend on K
+    alone; neither tiles nor the kernel change a bit."""
     import cupy as cp
 
     y = cp.empty((m, w.n), dtype=cp.float32)
-    if m:
+    if m and not tiles and wide(ops, m):
+        grid = (-(-w.n // WIDE_ROWS), -(-m // WIDE_ROWS))
+        args = (xb, np.int64(xb.shape[1]), w.data, y, np.int32(m), np.int32(w.n), np.int32(w.k))
+        ops.k["mma_wide_gemm"](grid, (WIDE_THREADS,), args, shared_mem=WIDE_SHARED)
+    elif m:
         t = tiles or mma_tiles(m)
         slices = min(MMA_MAX_SLICES, w.k // MMA_CHUNK)
         grid = (-(-w.n // 16), -(-m // (8 * t)))

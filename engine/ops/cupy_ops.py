@@ -58,6 +58,7 @@ _SOURCES = (
     "cupy_moe.cu",
     "cupy_gemm.cu",
     "cupy_mma.cu",
+    "cupy_mma_wide.cu",
 )
 
 
@@ -117,6 +118,7 @@ class CupyOps:
                 "kv_store", "kv_store2", "qk_norm_rope", "qkv_norm_rope_store", "expert_gemv",
                 "moe_route", "moe_gate_up", "moe_down", *cupy_gemm.KERNELS,
                 *cupy_gemm.MMA_KERNELS, *(f"mma_silu_{t}" for t in cupy_gemm.MMA_TILES),
+                *cupy_gemm.WIDE_KERNELS,
             )
         }  # fmt: skip
         self.attend_k = {

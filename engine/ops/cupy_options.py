@@ -29,6 +29,7 @@ _COUNTS = (
     ("ATTEND_TILE", "attend_tile"),
     ("GRAPH_ROWS", "graph_rows"),
     ("SILU_EPILOGUE", "silu_epilogue"),
+    ("WIDE_FROM", "wide_from"),
 )
 
 
@@ -65,6 +66,9 @@ class CupyOptions:
     # with mma, the gate/up GEMM makes SiLU-mul's output in the same launch
     # (cupy_fused_linear.py; the same bits). 1: on, 0: off
     silu_epilogue: int = 1
+    # with mma, GEMMs of at least this many rows (a prompt step) run the wide kernel
+    # (cupy_mma_wide.cu: tiles staged in shared memory); the same bits. 0: never
+    wide_from: int = 128
 
     def __post_init__(self) -> None:
         if self.row_tile < 0:
@@ -77,6 +81,8 @@ class CupyOptions:
             raise InputError(f"ENGINE_CUPY_ATTEND_SPLIT: must be >= 0, got {self.attend_split}")
         if self.attend_tile < 0:
             raise InputError(f"ENGINE_CUPY_ATTEND_TILE: must be >= 0, got {self.attend_tile}")
+        if self.wide_from < 0:
+            raise InputError(f"ENGINE_CUPY_WIDE_FROM: must be >= 0, got {self.wide_from}")
         if self.silu_epilogue not in (0, 1):
             raise InputError(f"ENGINE_CUPY_SILU_EPILOGUE: must be 0 or 1, got {self.silu_epilogue}")
         if self.gemm not in GEMMS:
@@ -90,7 +96,8 @@ class CupyOptions:
         ENGINE_CUPY_GRAPHS (1 or 0, default 1), ENGINE_CUPY_PDL (1 or 0, default 1),
         ENGINE_CUPY_ATTEND_SPLIT, ENGINE_CUPY_ATTEND_SPLIT_HEADS, ENGINE_CUPY_ATTEND_HEADS_FROM,
         ENGINE_CUPY_ATTEND_TILE and ENGINE_CUPY_GRAPH_ROWS (integers >= 0, default 512, 4,
-        128, 64 and 64), ENGINE_CUPY_SILU_EPILOGUE (0 or 1, default 1), ENGINE_CUPY_GEMM
+        128, 64 and 64), ENGINE_CUPY_SILU_EPILOGUE (0 or 1, default 1), ENGINE_CUPY_WIDE_FROM
+        (rows, default 128; 0: never), ENGINE_CUPY_GEMM
         (mma, cublas or own, default mma); a bad value is one InputError naming the
         variable."""
         env = os.environ if environ is None else environ

@@ -34,6 +34,9 @@ def test_defaults_and_values_from_the_environment() -> None:
     assert CupyOptions.from_environ({"ENGINE_CUPY_PDL": "0"}).pdl is False
     assert CupyOptions.from_environ({}).silu_epilogue == 1
     assert CupyOptions.from_environ({"ENGINE_CUPY_SILU_EPILOGUE": "0"}).silu_epilogue == 0
+    assert CupyOptions.from_environ({}).wide_from == 128
+    assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_FROM": "0"}).wide_from == 0
+    assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_FROM": "1"}).wide_from == 1
 
 
 @pytest.mark.parametrize(
@@ -53,6 +56,8 @@ def test_defaults_and_values_from_the_environment() -> None:
         ({"ENGINE_CUPY_PDL": "on"}, "ENGINE_CUPY_PDL"),
         ({"ENGINE_CUPY_SILU_EPILOGUE": "2"}, "ENGINE_CUPY_SILU_EPILOGUE"),
         ({"ENGINE_CUPY_SILU_EPILOGUE": "on"}, "ENGINE_CUPY_SILU_EPILOGUE"),
+        ({"ENGINE_CUPY_WIDE_FROM": "-1"}, "ENGINE_CUPY_WIDE_FROM"),
+        ({"ENGINE_CUPY_WIDE_FROM": "wide"}, "ENGINE_CUPY_WIDE_FROM"),
     ],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], name: str) -> None:
