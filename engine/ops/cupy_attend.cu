@@ -77,14 +77,15 @@ __device__ __forceinline__ void chunk_key(const int* pages, int j, int page_rows
 // The K and V codes of a chunk's keys 0 .. cn - 1 (their rows in rows[]) into kst / vst by
 // `threads` threads (the block's), every 16-byte piece in flight at once (cp.async), then
 // waited for; the caller's barrier makes them visible to the block.
-template <int KIND, int D>
+// A key's K codes start KP pieces after the key before's (KP > VPR: rows padded).
+template <int KIND, int D, int KP = D * code_bytes<KIND>() / 16>
 __device__ __forceinline__ void copy_chunk(const void* kc, const void* vc, const int* rows, int cn,
                                            int threads, uint4* kst, uint4* vst) {
     constexpr int VPR = D * code_bytes<KIND>() / 16;  // 16-byte pieces of one key's codes
     for (int e = threadIdx.x; e < cn * VPR; e += threads) {
-        const int key = e / VPR;
-        const long long src = (long long)rows[key] * VPR + (e - key * VPR);
-        copy16_async(kst + e, (const uint4*)kc + src);
+        const int key = e / VPR, piece = e - key * VPR;
+        const long long src = (long long)rows[key] * VPR + piece;
+        copy16_async(kst + key * KP + piece, (const uint4*)kc + src);
         copy16_async(vst + e, (const uint4*)vc + src);
     }
     copies_done();

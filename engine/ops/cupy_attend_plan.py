@@ -27,6 +27,7 @@ CODE_BYTES = {"f32": 4, "bf16": 2, "fp8": 1}  # a stored code of each kind
 STAGE_DIMS = 128  # the split and tile kernels stage a chunk's codes in shared memory up to this D
 TILE_PAIRS = 16  # (row, q head) pairs a tile block takes at most
 TILE_WARPS = 8  # TILE_WARPS in cupy_attend_tile.cu: a tile block's warps, a pair each at a time
+TILE_KPAD = 1  # TILE_KPAD there: 16-byte pieces after each staged key's K codes
 SPLIT_HEADS = (4, 2)  # attend_<kind>_<D>_split<QH> in cupy_attend.cu (D <= STAGE_DIMS)
 
 
@@ -69,7 +70,7 @@ def tile_shared(kind: str, d: int, pairs: int, rows: int) -> int:
     """Shared bytes of one tile block of `pairs` pairs over `rows` rows: a chunk's K and V
     codes, each pair's q and its groups' state, a warp's weights, and per key or row."""
     floats = pairs * d + TILE_WARPS * d + 2 * d + 2 * pairs * GROUPS + pairs * GROUPS * d
-    return 2 * d * d * CODE_BYTES[kind] + 4 * (floats + d + rows)
+    return 2 * d * d * CODE_BYTES[kind] + 16 * TILE_KPAD * d + 4 * (floats + d + rows)
 
 
 def pair_shared(d: int) -> int:

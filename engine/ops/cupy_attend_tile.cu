@@ -25,6 +25,7 @@
 // they see are ref's; any other row then runs alone, its keys staged through its own list.
 // Only pages a row's own keys lie in are read through its list.
 #define TILE_WARPS 8
+#define TILE_KPAD 1  // 16-byte pieces after a staged key's K codes: a quarter warp's rows on other banks
 
 // N consecutive codes from element i (a multiple of N) of 16-byte aligned codes, as floats: one
 // shared-memory load, each value as load_code makes it
@@ -57,43 +58,74 @@ __device__ __forceinline__ void load_codes(float* out, const void* codes, long l
     }
 }
 
-// the pair's chunk by one warp (see the top); s_m, s_l, s_acc: its group's state
+// the 16-byte piece `v` of a key's codes as the DPU = 16 / code bytes values it holds (element
+// i in the lowest bits first), each as load_code makes it
+template <int KIND>
+__device__ __forceinline__ void piece_codes(float* out, const uint4& v, float ex) {
+    const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        if (KIND == KIND_F32) {
+            out[i] = __uint_as_float(w[i]);
+        } else if (KIND == KIND_BF16) {
+            out[2 * i] = bf16_to_f32((unsigned short)(w[i] & 0xffffu));
+            out[2 * i + 1] = bf16_to_f32((unsigned short)(w[i] >> 16));
+        } else {
+#pragma unroll
+            for (int b = 0; b < 4; ++b)
+                out[4 * i + b] = ldexpf(e4m3_to_f32((unsigned char)(w[i] >> (8 * b))), (int)ex);
+        }
+    }
+}
+
+template <int OFF>
+__device__ __forceinline__ void tree_level(float* part) {
+#pragma unroll
+    for (int l = 0; l < OFF; ++l) part[l] = __fadd_rn(part[l], part[l + OFF]);
+}
+
+// Key j's score, whole in one thread, with the warp's arithmetic of attend_paged: lane l's part
+// (dims l * per .. in order, each an fma, from 0) for l = 0..31, then the pairs of the shuffle
+// tree (offsets 16, 8, 4, 2, 1: part[l] + part[l + off]); krow: the key's staged codes.
+template <int KIND, int D>
+__device__ __forceinline__ float key_score(const float* qs, const uint4* krow, float ex) {
+    constexpr int per = D / 32, DPU = 16 / code_bytes<KIND>(), VPR = D / DPU;
+    float part[32];
+#pragma unroll
+    for (int pc = 0; pc < VPR; ++pc) {
+        float kv[DPU];
+        piece_codes<KIND>(kv, krow[pc], ex);
+#pragma unroll
+        for (int u = 0; u < DPU; u += 4) {
+            const float4 q4 = *(const float4*)(qs + pc * DPU + u);
+            const float q[4] = {q4.x, q4.y, q4.z, q4.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int d = pc * DPU + u + i, l = d / per;
+                part[l] = __fmaf_rn(q[i], kv[u + i], d % per ? part[l] : 0.0f);
+            }
+        }
+    }
+    tree_level<16>(part);  // each level's bound a constant: part stays in registers
+    tree_level<8>(part);
+    tree_level<4>(part);
+    tree_level<2>(part);
+    tree_level<1>(part);
+    return part[0];
+}
+
+// the pair's chunk by one warp (see the top); s_m, s_l, s_acc: its group's state. The scores:
+// each lane takes keys lane, lane + 32, .. whole (key_score; K rows staged KP pieces apart)
 template <int KIND, int D>
 __device__ __forceinline__ void tile_pair_chunk(const float* qs, const uint4* kst, const uint4* vst,
                                                 const float* kex, const float* vex, float* ps,
                                                 int c0, int last, float* s_m, float* s_l,
                                                 float* s_acc) {
-    constexpr int per = D / 32;
+    constexpr int per = D / 32, KP = D * code_bytes<KIND>() / 16 + TILE_KPAD;
     const int lane = threadIdx.x & 31;
     const int cn = min(D, last - c0 + 1);
-    float qr[per];
-#pragma unroll
-    for (int u = 0; u < per; ++u) qr[u] = qs[lane * per + u];
-    constexpr int G = per <= 4 ? 2 * ATT_G : ATT_G;
-    for (int jb = 0; jb < cn; jb += G) {
-        float kv[G][per];
-#pragma unroll
-        for (int gg = 0; gg < G; ++gg) {
-            const int jj = jb + gg;
-            const float ex = KIND == KIND_FP8 && jj < cn ? kex[jj] : 0.0f;
-            if (jj < cn) {
-                load_codes<KIND, per>(kv[gg], kst, (long long)jj * D + lane * per, ex);
-            } else {
-#pragma unroll
-                for (int u = 0; u < per; ++u) kv[gg][u] = 0.0f;
-            }
-        }
-#pragma unroll
-        for (int gg = 0; gg < G; ++gg) {
-            float part = 0.0f;
-#pragma unroll
-            for (int u = 0; u < per; ++u) part = part + qr[u] * kv[gg][u];
-#pragma unroll
-            for (int off = 16; off > 0; off >>= 1)
-                part = part + __shfl_down_sync(0xffffffffu, part, off);
-            if (lane == 0 && jb + gg < cn) ps[jb + gg] = part;
-        }
-    }
+    for (int j = lane; j < cn; j += 32)
+        ps[j] = key_score<KIND, D>(qs, kst + j * KP, KIND == KIND_FP8 ? kex[j] : 0.0f);
     __syncwarp();
     float e[per];
     bool seen[per];
@@ -194,7 +226,8 @@ __device__ __forceinline__ void stage_chunk(const void* kc, const void* vc, cons
     __syncthreads();  // every warp is done with the codes staged before
     if (t < cn) chunk_key<KIND>(pages, c0 + t, page_rows, hkv, kvh, ke, ve, t, rows, kex, vex);
     __syncthreads();
-    copy_chunk<KIND, D>(kc, vc, rows, cn, blockDim.x, kst, vst);
+    copy_chunk<KIND, D, D * code_bytes<KIND>() / 16 + TILE_KPAD>(kc, vc, rows, cn, blockDim.x, kst,
+                                                                 vst);
     __syncthreads();
 }
 
@@ -210,8 +243,8 @@ __device__ void attend_tile(const float* q, const void* kc, const void* vc,
     const int qpk = hq / hkv, kvh = blockIdx.y, r0 = blockIdx.x * tile_rows;
     const int rows_here = min(tile_rows, n - r0), pairs = rows_here * qpk;
     const int cap = tile_rows * qpk;  // pairs the shared memory is laid out for
-    uint4* kst = staged;
-    uint4* vst = kst + D * VPR;
+    uint4* kst = staged;  // key j's K codes at kst + j (VPR + TILE_KPAD)
+    uint4* vst = kst + D * (VPR + TILE_KPAD);
     float* qs = (float*)(vst + D * VPR);  // [pair][D]: q * scale
     float* ps = qs + cap * D;             // [warp][D]: a warp's scores, then weights
     float* kex = ps + TILE_WARPS * D;
