@@ -37,13 +37,16 @@ class Form:
     shared: int  # bytes of shared memory a block asks for
     rows: int = 0  # tile: rows a block takes
     heads: int = 1  # split: q heads (of one KV head) a block takes
+    thread_scores: bool = False  # tile: a key's score a thread (the _tile_ts kernel)
 
     @property
     def kernel(self) -> str:
         """The suffix of its kernel's name (CupyOps.attend_k[kind, d, suffix])."""
         if self.name == "split":
             return "_split" if self.heads == 1 else f"_split{self.heads}"
-        return "_tile" if self.name == "tile" else ""
+        if self.name == "tile":
+            return "_tile_ts" if self.thread_scores else "_tile"
+        return ""
 
 
 def split_shared(kind: str, d: int, heads: int = 1) -> int:
@@ -66,11 +69,13 @@ def split_heads(n: int, hq: int, hkv: int, d: int, kind: str, options: Any, limi
     return 1
 
 
-def tile_shared(kind: str, d: int, pairs: int, rows: int) -> int:
+def tile_shared(kind: str, d: int, pairs: int, rows: int, thread_scores: bool = False) -> int:
     """Shared bytes of one tile block of `pairs` pairs over `rows` rows: a chunk's K and V
-    codes, each pair's q and its groups' state, a warp's weights, and per key or row."""
+    codes (with thread scores, K rows padded), each pair's q and its groups' state, a warp's
+    weights, and per key or row."""
     floats = pairs * d + TILE_WARPS * d + 2 * d + 2 * pairs * GROUPS + pairs * GROUPS * d
-    return 2 * d * d * CODE_BYTES[kind] + 16 * TILE_KPAD * d + 4 * (floats + d + rows)
+    pad = 16 * TILE_KPAD * d if thread_scores else 0
+    return 2 * d * d * CODE_BYTES[kind] + pad + 4 * (floats + d + rows)
 
 
 def pair_shared(d: int) -> int:
@@ -85,7 +90,8 @@ def tile_rows(n: int, hq: int, hkv: int, d: int, kind: str, options: Any, limit:
     if not least or n < least or d > STAGE_DIMS or qpk > TILE_PAIRS:
         return 0
     rows = TILE_PAIRS // qpk
-    while rows and tile_shared(kind, d, rows * qpk, rows) > limit:
+    ts = bool(options.attend_thread_scores)
+    while rows and tile_shared(kind, d, rows * qpk, rows, ts) > limit:
         rows //= 2
     return rows
 
@@ -95,7 +101,10 @@ def choose(n: int, hq: int, hkv: int, d: int, kind: str, options: Any, limit: in
     `kind` codes, under `options` (CupyOptions) on a device of `limit` shared bytes a block."""
     rows = tile_rows(n, hq, hkv, d, kind, options, limit)
     if rows:
-        return Form("tile", tile_shared(kind, d, rows * (hq // hkv), rows), rows)
+        ts = bool(options.attend_thread_scores)
+        return Form(
+            "tile", tile_shared(kind, d, rows * (hq // hkv), rows, ts), rows, thread_scores=ts
+        )
     if n * hq < options.attend_split and split_shared(kind, d) <= limit:
         heads = split_heads(n, hq, hkv, d, kind, options, limit)
         return Form("split", split_shared(kind, d, heads), heads=heads)
@@ -106,5 +115,6 @@ def shared_asks(kind: str, d: int, limit: int) -> dict[str, int]:
     """What each form's kernel at (kind, d) must be allowed past the 48 KB a launch gets
     unasked (at most `limit`): the most any of its launches asks for."""
     need = {"_split": split_shared(kind, d), "_tile": tile_shared(kind, d, TILE_PAIRS, TILE_PAIRS)}
+    need["_tile_ts"] = tile_shared(kind, d, TILE_PAIRS, TILE_PAIRS, thread_scores=True)
     need |= {f"_split{h}": split_shared(kind, d, h) for h in SPLIT_HEADS}
     return {form: min(b, limit) for form, b in need.items() if b > 48 << 10}

@@ -114,18 +114,61 @@ __device__ __forceinline__ float key_score(const float* qs, const uint4* krow, f
     return part[0];
 }
 
-// the pair's chunk by one warp (see the top); s_m, s_l, s_acc: its group's state. The scores:
-// each lane takes keys lane, lane + 32, .. whole (key_score; K rows staged KP pieces apart)
+// the chunk's scores by the whole warp (attend_paged's form): each key's lane parts (the lane's
+// D/32 adjacent dimensions in order), then the shuffle tree; lane 0 writes ps[j]
 template <int KIND, int D>
+__device__ __forceinline__ void warp_scores(const float* qs, const uint4* kst, const float* kex,
+                                            float* ps, int cn) {
+    constexpr int per = D / 32;
+    const int lane = threadIdx.x & 31;
+    float qr[per];
+#pragma unroll
+    for (int u = 0; u < per; ++u) qr[u] = qs[lane * per + u];
+    constexpr int G = per <= 4 ? 2 * ATT_G : ATT_G;
+    for (int jb = 0; jb < cn; jb += G) {
+        float kv[G][per];
+#pragma unroll
+        for (int gg = 0; gg < G; ++gg) {
+            const int jj = jb + gg;
+            const float ex = KIND == KIND_FP8 && jj < cn ? kex[jj] : 0.0f;
+            if (jj < cn) {
+                load_codes<KIND, per>(kv[gg], kst, (long long)jj * D + lane * per, ex);
+            } else {
+#pragma unroll
+                for (int u = 0; u < per; ++u) kv[gg][u] = 0.0f;
+            }
+        }
+#pragma unroll
+        for (int gg = 0; gg < G; ++gg) {
+            float part = 0.0f;
+#pragma unroll
+            for (int u = 0; u < per; ++u) part = part + qr[u] * kv[gg][u];
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1)
+                part = part + __shfl_down_sync(0xffffffffu, part, off);
+            if (lane == 0 && jb + gg < cn) ps[jb + gg] = part;
+        }
+    }
+}
+
+// the pair's chunk by one warp (see the top); s_m, s_l, s_acc: its group's state. TS: each
+// lane scores keys lane, lane + 32, .. whole (key_score; K rows staged KP pieces apart, KP =
+// VPR + TILE_KPAD); else the warp scores each key, a lane's dims then the shuffle tree
+template <int KIND, int D, bool TS>
 __device__ __forceinline__ void tile_pair_chunk(const float* qs, const uint4* kst, const uint4* vst,
                                                 const float* kex, const float* vex, float* ps,
                                                 int c0, int last, float* s_m, float* s_l,
                                                 float* s_acc) {
-    constexpr int per = D / 32, KP = D * code_bytes<KIND>() / 16 + TILE_KPAD;
+    constexpr int per = D / 32;
     const int lane = threadIdx.x & 31;
     const int cn = min(D, last - c0 + 1);
-    for (int j = lane; j < cn; j += 32)
-        ps[j] = key_score<KIND, D>(qs, kst + j * KP, KIND == KIND_FP8 ? kex[j] : 0.0f);
+    if constexpr (TS) {
+        constexpr int KP = D * code_bytes<KIND>() / 16 + TILE_KPAD;
+        for (int j = lane; j < cn; j += 32)
+            ps[j] = key_score<KIND, D>(qs, kst + j * KP, KIND == KIND_FP8 ? kex[j] : 0.0f);
+    } else {
+        warp_scores<KIND, D>(qs, kst, kex, ps, cn);
+    }
     __syncwarp();
     float e[per];
     bool seen[per];
@@ -217,7 +260,7 @@ __device__ __forceinline__ bool same_pages(const int* ptab, int off_r, int off_r
 
 // the chunk's keys 0 .. cn - 1 through the page list at `pages` into kst / vst (and fp8
 // exponents); block-wide
-template <int KIND, int D>
+template <int KIND, int D, int KP>
 __device__ __forceinline__ void stage_chunk(const void* kc, const void* vc, const signed char* ke,
                                             const signed char* ve, const int* pages, int c0, int cn,
                                             int hkv, int kvh, int page_rows, int* rows,
@@ -226,25 +269,24 @@ __device__ __forceinline__ void stage_chunk(const void* kc, const void* vc, cons
     __syncthreads();  // every warp is done with the codes staged before
     if (t < cn) chunk_key<KIND>(pages, c0 + t, page_rows, hkv, kvh, ke, ve, t, rows, kex, vex);
     __syncthreads();
-    copy_chunk<KIND, D, D * code_bytes<KIND>() / 16 + TILE_KPAD>(kc, vc, rows, cn, blockDim.x, kst,
-                                                                 vst);
+    copy_chunk<KIND, D, KP>(kc, vc, rows, cn, blockDim.x, kst, vst);
     __syncthreads();
 }
 
-template <int KIND, int D>
+template <int KIND, int D, bool TS>
 __device__ void attend_tile(const float* q, const void* kc, const void* vc,
                             const signed char* ke, const signed char* ve, const int* ptab,
                             const int* poff, const int* last_pos, float* out,
                             unsigned short* outb, int n, int hq, int hkv, int page_rows,
                             float scale, int tile_rows) {
     extern __shared__ uint4 staged[];
-    constexpr int VPR = D * code_bytes<KIND>() / 16;
+    constexpr int VPR = D * code_bytes<KIND>() / 16, KP = VPR + (TS ? TILE_KPAD : 0);
     const int t = threadIdx.x, warp = t >> 5;
     const int qpk = hq / hkv, kvh = blockIdx.y, r0 = blockIdx.x * tile_rows;
     const int rows_here = min(tile_rows, n - r0), pairs = rows_here * qpk;
     const int cap = tile_rows * qpk;  // pairs the shared memory is laid out for
-    uint4* kst = staged;  // key j's K codes at kst + j (VPR + TILE_KPAD)
-    uint4* vst = kst + D * (VPR + TILE_KPAD);
+    uint4* kst = staged;  // key j's K codes at kst + j KP
+    uint4* vst = kst + D * KP;
     float* qs = (float*)(vst + D * VPR);  // [pair][D]: q * scale
     float* ps = qs + cap * D;             // [warp][D]: a warp's scores, then weights
     float* kex = ps + TILE_WARPS * D;
@@ -277,23 +319,23 @@ __device__ void attend_tile(const float* q, const void* kc, const void* vc,
                                                        min(D, last - c0 + 1), page_rows);
             if ((t & 31) == 0) joins[i] = join;
         }
-        stage_chunk<KIND, D>(kc, vc, ke, ve, ptab + off_ref, c0, min(D, lmax - c0 + 1), hkv,
+        stage_chunk<KIND, D, KP>(kc, vc, ke, ve, ptab + off_ref, c0, min(D, lmax - c0 + 1), hkv,
                              kvh, page_rows, rows, kst, vst, kex, vex);
         for (int p = warp; p < pairs; p += TILE_WARPS) {
             const int i = p / qpk, sg = p * ATT_NG + g;
             if (joins[i])
-                tile_pair_chunk<KIND, D>(qs + p * D, kst, vst, kex, vex, ps + warp * D, c0,
+                tile_pair_chunk<KIND, D, TS>(qs + p * D, kst, vst, kex, vex, ps + warp * D, c0,
                                          last_pos[r0 + i], st_m + sg, st_l + sg,
                                          st_acc + sg * D);
         }
         for (int i = 0; i < rows_here; ++i) {  // rows on other pages: each alone
             const int last = last_pos[r0 + i];
             if (joins[i] || c0 > last) continue;  // the same for the whole block
-            stage_chunk<KIND, D>(kc, vc, ke, ve, ptab + poff[r0 + i], c0, min(D, last - c0 + 1),
+            stage_chunk<KIND, D, KP>(kc, vc, ke, ve, ptab + poff[r0 + i], c0, min(D, last - c0 + 1),
                                  hkv, kvh, page_rows, rows, kst, vst, kex, vex);
             for (int p = i * qpk + warp; p < (i + 1) * qpk; p += TILE_WARPS) {
                 const int sg = p * ATT_NG + g;
-                tile_pair_chunk<KIND, D>(qs + p * D, kst, vst, kex, vex, ps + warp * D, c0, last,
+                tile_pair_chunk<KIND, D, TS>(qs + p * D, kst, vst, kex, vex, ps + warp * D, c0, last,
                                          st_m + sg, st_l + sg, st_acc + sg * D);
             }
         }
@@ -318,10 +360,15 @@ extern "C" {
 #define ATTEND_TILE_PASS \
     q, kc, vc, ke, ve, ptab, poff, last_pos, out, outb, n, hq, hkv, page_rows, scale, tile_rows
 // attend_<kind>_<D>_tile, D <= 128 (a chunk's K and V codes staged in shared memory)
-#define ATTEND_TILE_KERNEL(NAME, KIND, D)                                               \
-    __global__ void __launch_bounds__(32 * TILE_WARPS) NAME##_##D##_tile(ATTEND_TILE_ARGS) { \
-        PDL_ENTRY();                                                                    \
-        attend_tile<KIND, D>(ATTEND_TILE_PASS);                                         \
+// attend_<kind>_<D>_tile_ts: the scores a key a thread (TS)
+#define ATTEND_TILE_KERNEL(NAME, KIND, D)                                                  \
+    __global__ void __launch_bounds__(32 * TILE_WARPS) NAME##_##D##_tile(ATTEND_TILE_ARGS) {    \
+        PDL_ENTRY();                                                                       \
+        attend_tile<KIND, D, false>(ATTEND_TILE_PASS);                                     \
+    }                                                                                      \
+    __global__ void __launch_bounds__(32 * TILE_WARPS) NAME##_##D##_tile_ts(ATTEND_TILE_ARGS) { \
+        PDL_ENTRY();                                                                       \
+        attend_tile<KIND, D, true>(ATTEND_TILE_PASS);                                      \
     }
 #define ATTEND_TILE_KERNELS(D)                   \
     ATTEND_TILE_KERNEL(attend_f32, KIND_F32, D)   \

@@ -125,7 +125,7 @@ class CupyOps:
             (kind, d, split): self.module.get_function(f"attend_{kind}_{d}{split}")
             for kind in KINDS
             for d in ATTEND_HEAD_DIMS
-            for split in ("", "_split", "_tile", *(f"_split{h}" for h in SPLIT_HEADS))
+            for split in ("", "_split", "_tile", "_tile_ts", *(f"_split{h}" for h in SPLIT_HEADS))
             if split in ("", "_split") or d <= STAGE_DIMS
         }
         self.shared_limit = cupy_attention.shared_limit()

@@ -30,6 +30,7 @@ _COUNTS = (
     ("GRAPH_ROWS", "graph_rows"),
     ("SILU_EPILOGUE", "silu_epilogue"),
     ("WIDE_FROM", "wide_from"),
+    ("ATTEND_THREAD_SCORES", "attend_thread_scores"),
 )
 
 
@@ -55,6 +56,9 @@ class CupyOptions:
     # attention launches of at least this many rows (a prompt step) run a block per tile of
     # rows and KV head, each chunk of keys staged once for all its pairs; the same bits. 0: never
     attend_tile: int = 64
+    # 1: the tile kernel scores a key a thread (attend_<kind>_<D>_tile_ts), with the warp's
+    # arithmetic; the same bits. 0: a key a warp (the default until it has been run on a GPU)
+    attend_thread_scores: int = 0
     # which GEMM runs the linear layers: "mma" (cupy_mma.cu: tensor cores, any row count),
     # "cublas" (at the fixed row tile) or "own" (cupy_gemm.cu: a warp per output, any row
     # count); each another summation, other bits (docs/cupy.md: mma is the fastest measured)
@@ -67,8 +71,9 @@ class CupyOptions:
     # (cupy_fused_linear.py; the same bits). 1: on, 0: off
     silu_epilogue: int = 1
     # with mma, GEMMs of at least this many rows (a prompt step) run the wide kernel
-    # (cupy_mma_wide.cu: tiles staged in shared memory); the same bits. 0: never
-    wide_from: int = 128
+    # (cupy_mma_wide.cu: tiles staged in shared memory); the same bits. 0: never (the
+    # default until it has been run on a GPU: docs/cupy.md)
+    wide_from: int = 0
 
     def __post_init__(self) -> None:
         if self.row_tile < 0:
@@ -83,6 +88,10 @@ class CupyOptions:
             raise InputError(f"ENGINE_CUPY_ATTEND_TILE: must be >= 0, got {self.attend_tile}")
         if self.wide_from < 0:
             raise InputError(f"ENGINE_CUPY_WIDE_FROM: must be >= 0, got {self.wide_from}")
+        if self.attend_thread_scores not in (0, 1):
+            raise InputError(
+                f"ENGINE_CUPY_ATTEND_THREAD_SCORES: must be 0 or 1, got {self.attend_thread_scores}"
+            )
         if self.silu_epilogue not in (0, 1):
             raise InputError(f"ENGINE_CUPY_SILU_EPILOGUE: must be 0 or 1, got {self.silu_epilogue}")
         if self.gemm not in GEMMS:
@@ -96,8 +105,8 @@ class CupyOptions:
         ENGINE_CUPY_GRAPHS (1 or 0, default 1), ENGINE_CUPY_PDL (1 or 0, default 1),
         ENGINE_CUPY_ATTEND_SPLIT, ENGINE_CUPY_ATTEND_SPLIT_HEADS, ENGINE_CUPY_ATTEND_HEADS_FROM,
         ENGINE_CUPY_ATTEND_TILE and ENGINE_CUPY_GRAPH_ROWS (integers >= 0, default 512, 4,
-        128, 64 and 64), ENGINE_CUPY_SILU_EPILOGUE (0 or 1, default 1), ENGINE_CUPY_WIDE_FROM
-        (rows, default 128; 0: never), ENGINE_CUPY_GEMM
+        128, 64 and 64), ENGINE_CUPY_SILU_EPILOGUE and ENGINE_CUPY_ATTEND_THREAD_SCORES (0
+        or 1, default 1 and 0), ENGINE_CUPY_WIDE_FROM (rows, default 0: never), ENGINE_CUPY_GEMM
         (mma, cublas or own, default mma); a bad value is one InputError naming the
         variable."""
         env = os.environ if environ is None else environ

@@ -25,6 +25,17 @@ def test_the_default_forms_on_an_h200() -> None:
     assert choose(512, 32, 1, 128, "bf16", opts, H200).name == "pair"  # 32 q heads a KV head
 
 
+def test_thread_scores_take_their_kernel_and_the_padded_staging() -> None:
+    hq, hkv, d = QWEN3_06B
+    plain = choose(512, hq, hkv, d, "bf16", CupyOptions(), H200)
+    ts = choose(512, hq, hkv, d, "bf16", CupyOptions(attend_thread_scores=1), H200)
+    assert (plain.kernel, ts.kernel) == ("_tile", "_tile_ts")
+    assert ts.shared - plain.shared == 16 * d  # one 16-byte piece after each key's K codes
+    assert ts.rows == plain.rows
+    decode = choose(8, hq, hkv, d, "bf16", CupyOptions(attend_thread_scores=1), H200)
+    assert decode.kernel == "_split2"  # decode steps keep their form
+
+
 def test_knobs_turn_forms_off() -> None:
     hq, hkv, d = QWEN3_06B
     no_tile = CupyOptions(attend_tile=0)

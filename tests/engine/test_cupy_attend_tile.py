@@ -68,8 +68,10 @@ def _rows(rng: np.random.Generator, pages: int, page_rows: int, shared: bool):  
     return ptab, poff, last
 
 
-def _attend(ops, monkeypatch, tile: int, split: int, kind, q, kc, vc, ke, ve, meta):  # type: ignore[no-untyped-def]
-    opts = dataclasses.replace(ops.options, attend_tile=tile, attend_split=split)
+def _attend(ops, monkeypatch, tile: int, split: int, kind, q, kc, vc, ke, ve, meta, ts: int = 0):  # type: ignore[no-untyped-def]
+    opts = dataclasses.replace(
+        ops.options, attend_tile=tile, attend_split=split, attend_thread_scores=ts
+    )
     monkeypatch.setattr(ops, "options", opts)
     out = ops.attend(kind, q, kc, vc, ke, ve, meta)
     return out.tobytes(), ops._bf16[1][: len(out)].tobytes()
@@ -77,11 +79,13 @@ def _attend(ops, monkeypatch, tile: int, split: int, kind, q, kc, vc, ke, ve, me
 
 @pytest.mark.parametrize("kind", ["f32", "bf16", "fp8"])
 @pytest.mark.parametrize("shared", [True, False])
-def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("ts", [0, 1])
+def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared, ts) -> None:  # type: ignore[no-untyped-def]
     """Tile kernel == one block per pair == split, for every row, at head dims 32-128 and 1,
     2, 3, 8 and 12 q heads a KV head (more pairs a tile than warps), q at two scales (the
     larger drives some weights below float's range); and a row's bits stay when the rows are
-    shuffled (other tile neighbours) or when it is alone."""
+    shuffled (other tile neighbours) or when it is alone. ts: the tile kernel's scores a key
+    a thread (attend_thread_scores)."""
     import cupy as cp
 
     from engine.ops.cupy_attend_plan import choose
@@ -98,22 +102,22 @@ def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared) 
         q = cp.asarray(scale * rng.standard_normal((n, hq, d)).astype(np.float32))
         meta = (cp.asarray(ptab), cp.asarray(poff), cp.asarray(last), page_rows)
         args = (kind, q, kc, vc, ke, ve, meta)
-        tiled = _attend(ops, monkeypatch, 1, 0, *args)
-        form = choose(
-            n, hq, hkv, d, kind, dataclasses.replace(ops.options, attend_tile=1), ops.shared_limit
-        )
+        tiled = _attend(ops, monkeypatch, 1, 0, *args, ts=ts)
+        opts = dataclasses.replace(ops.options, attend_tile=1, attend_thread_scores=ts)
+        form = choose(n, hq, hkv, d, kind, opts, ops.shared_limit)
         assert form.name == "tile", form  # the tiled launch above ran the tile kernel
+        assert form.kernel == ("_tile_ts" if ts else "_tile"), form
         assert tiled == _attend(ops, monkeypatch, 0, 0, *args), (d, hq, hkv)
         assert tiled == _attend(ops, monkeypatch, 0, 10**6, *args), (d, hq, hkv)
         out = np.frombuffer(tiled[0], dtype=np.float32).reshape(n, hq, d)
         order = rng.permutation(n)
         meta2 = (meta[0], cp.asarray(poff[order]), cp.asarray(last[order]), page_rows)
-        shuffled = _attend(ops, monkeypatch, 1, 0, kind, q[order], kc, vc, ke, ve, meta2)
+        shuffled = _attend(ops, monkeypatch, 1, 0, kind, q[order], kc, vc, ke, ve, meta2, ts)
         got = np.frombuffer(shuffled[0], dtype=np.float32).reshape(n, hq, d)
         assert got.tobytes() == out[order].tobytes(), (d, hq, hkv)
         for r in (0, 69, 70, n - 1):
             meta1 = (meta[0], cp.asarray(poff[r : r + 1]), cp.asarray(last[r : r + 1]), page_rows)
-            alone = _attend(ops, monkeypatch, 1, 0, kind, q[r : r + 1], kc, vc, ke, ve, meta1)
+            alone = _attend(ops, monkeypatch, 1, 0, kind, q[r : r + 1], kc, vc, ke, ve, meta1, ts)
             assert alone[0] == out[r].tobytes(), (d, hq, hkv, r)
 
 

@@ -34,7 +34,11 @@ def test_defaults_and_values_from_the_environment() -> None:
     assert CupyOptions.from_environ({"ENGINE_CUPY_PDL": "0"}).pdl is False
     assert CupyOptions.from_environ({}).silu_epilogue == 1
     assert CupyOptions.from_environ({"ENGINE_CUPY_SILU_EPILOGUE": "0"}).silu_epilogue == 0
-    assert CupyOptions.from_environ({}).wide_from == 128
+    assert CupyOptions.from_environ({}).wide_from == 0
+    assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_FROM": "128"}).wide_from == 128
+    assert CupyOptions.from_environ({}).attend_thread_scores == 0
+    got = CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_THREAD_SCORES": "1"})
+    assert got.attend_thread_scores == 1
     assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_FROM": "0"}).wide_from == 0
     assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_FROM": "1"}).wide_from == 1
 
@@ -58,6 +62,7 @@ def test_defaults_and_values_from_the_environment() -> None:
         ({"ENGINE_CUPY_SILU_EPILOGUE": "on"}, "ENGINE_CUPY_SILU_EPILOGUE"),
         ({"ENGINE_CUPY_WIDE_FROM": "-1"}, "ENGINE_CUPY_WIDE_FROM"),
         ({"ENGINE_CUPY_WIDE_FROM": "wide"}, "ENGINE_CUPY_WIDE_FROM"),
+        ({"ENGINE_CUPY_ATTEND_THREAD_SCORES": "2"}, "ENGINE_CUPY_ATTEND_THREAD_SCORES"),
     ],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], name: str) -> None:
