@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One device call for the prompt-step kernels that keep their bits (docs/cupy.md, "A wide GEMM
+# and thread-scored attention"), run from the head's checkout:
+#   bench/cupy_prompt_round.sh [BASE_REF] [HEAD_REF]      (defaults: e8fbb48, h-wide-gemm)
+# 1. their tests; 2. bench/cupy_wide.py (both GEMM kernels' GPU time); 3. bench/cupy_speed.py
+# with both on (ENGINE_CUPY_WIDE_FROM=128 ENGINE_CUPY_ATTEND_THREAD_SCORES=1) and off,
+# alternated twice; 4. gpu.yaml BASE..HEAD with every GEMM wide and every attention launch by
+# thread-scored tiles on the head (flags unset == main: their bits against the base's), beside
+# the cupy suite. Wheels in .whl (gitpython for the gates) are installed first where present;
+# the gates run in a clone of .carry/repo.bundle (or of this checkout). Logs under $OUT.
+set -u
+BASE=${1:-e8fbb48}
+HEADREF=${2:-h-wide-gemm}
+OUT=${OUT:-/tmp/prompt-round}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
+fi
+export PYTHONUNBUFFERED=1 ENGINE_SYNTHETIC_DIR=/tmp/syn
+t0=$(date +%s); lap() { echo "[$(($(date +%s) - t0)) s] $*"; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+SRC=.; [ -f .carry/repo.bundle ] && SRC=.carry/repo.bundle
+rm -rf /tmp/repo && git clone -q "$SRC" /tmp/repo && (cd /tmp/repo && git branch -q "$HEADREF" "origin/$HEADREF" 2>/dev/null; git log --oneline -1 "$HEADREF")
+python3 -c "from engine.model import synthetic; synthetic.resolve('synthetic:qwen3-0.6b')" &
+timeout 150 python3 -m pytest -q -p no:cacheprovider tests/engine/test_cupy_wide.py tests/engine/test_cupy_attend_tile.py tests/engine/test_cupy_attend_plan.py tests/engine/test_cupy_epilogues.py tests/engine/test_cupy_options.py > $OUT/new-tests.log 2>&1
+lap "new tests rc=$?: $(tail -1 $OUT/new-tests.log)"
+grep -E "^(FAILED|E  )" $OUT/new-tests.log | head -10
+wait
+timeout 60 python3 bench/cupy_wide.py --rows 64 128 256 512 1024 --calls 30 > $OUT/wide-bench.log 2>&1
+lap "wide bench rc=$?"; tail -21 $OUT/wide-bench.log
+summ() { python3 -c "
+import json,sys
+for l in open(sys.argv[1]):
+    if l.startswith('{'):
+        r=json.loads(l); print(r['engine'][6:11], r['streams'], round(r['step_ms'],3), round(r.get('replay_ms',0),3), int(r['prefill_tok_s']), end='; ')
+" $1; }
+for i in 1 2; do
+  for side in new old; do
+    e="ENGINE_ROUND_SIDE=old"; [ $side = new ] && e="ENGINE_CUPY_WIDE_FROM=128 ENGINE_CUPY_ATTEND_THREAD_SCORES=1"
+    env $e timeout 45 python3 bench/cupy_speed.py --streams 1 8 > $OUT/speed-$side-$i.log 2>&1
+    lap "speed $side #$i: $(summ $OUT/speed-$side-$i.log)"
+  done
+done
+(cd /tmp/repo && ENGINE_CUPY_WIDE_FROM=1 ENGINE_CUPY_ATTEND_TILE=1 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 timeout 250 python3 -m gates run --matrix matrices/gpu.yaml --base "$BASE" --head "$HEADREF" --jobs 6 --no-lean --no-speed > $OUT/gates.log 2>&1; echo "gates rc=$?" >> $OUT/gates.log) &
+g=$!
+timeout 240 python3 -m pytest -q -p no:cacheprovider tests/engine tests/conformance -k "cupy or gemm or launch or graph or fusions or tile or epilogue or wide" > $OUT/tests.log 2>&1
+lap "suite rc=$?: $(tail -1 $OUT/tests.log)"
+grep -E "^FAILED" $OUT/tests.log | head -5
+wait $g
+lap "$(tail -2 $OUT/gates.log)"
+(cd /tmp/repo/receipts && tar czf $OUT/receipts.tgz . ) 2>/dev/null
+grep -hE "^\| (✅|❌)" /tmp/repo/receipts/*.gpu.md | head -10
