@@ -20,7 +20,7 @@ export PYTHONUNBUFFERED=1 ENGINE_SYNTHETIC_DIR=/tmp/syn
 t0=$(date +%s); lap() { echo "[$(($(date +%s) - t0)) s] $*"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 SRC=.; [ -f .carry/repo.bundle ] && SRC=.carry/repo.bundle
-rm -rf /tmp/repo && git clone -q "$SRC" /tmp/repo && (cd /tmp/repo && git branch -q "$HEADREF" "origin/$HEADREF" 2>/dev/null; git log --oneline -1 "$HEADREF")
+rm -rf /tmp/repo && git clone -q "$SRC" /tmp/repo && (cd /tmp/repo && git branch -q "$HEADREF" "origin/$HEADREF" 2>/dev/null; git branch -q main origin/main 2>/dev/null; git log --oneline -1 "$HEADREF")
 python3 -c "from engine.model import synthetic; synthetic.resolve('synthetic:qwen3-0.6b')" &
 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/engine/test_cupy_wide.py tests/engine/test_cupy_attend_tile.py tests/engine/test_cupy_attend_plan.py tests/engine/test_cupy_epilogues.py tests/engine/test_cupy_options.py > $OUT/new-tests.log 2>&1
 lap "new tests rc=$?: $(tail -1 $OUT/new-tests.log)"
