@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tests.engine.cupy_setup import GPU_ONLY
+from tests.engine.cupy_setup import GPU_ONLY, assert_same_kv, prompt_then_steps
 
 pytestmark = GPU_ONLY
 
@@ -56,7 +56,6 @@ def test_forward_with_epilogues_equals_without(tmp_path, monkeypatch, spec) -> N
     """Eager forwards (a 20-row prompt, then steps of 1, 3 and 8 rows) give the same logits,
     hidden rows and KV bytes with the fused gate/up as without, and every layer took it."""
     from engine.model.loader import load_model
-    from engine.model.qwen3 import Segment
     from engine.ops import cupy_fused_linear
     from tests.conformance.conftest import TINY
 
@@ -77,17 +76,7 @@ def test_forward_with_epilogues_equals_without(tmp_path, monkeypatch, spec) -> N
     kvs = [model.new_kv(40, 16, "bf16", lanes=8, lane_rows=64) for _ in range(2)]
     rng = np.random.default_rng(11)
     lanes = [[4 * i + j for j in range(4)] for i in range(8)]
-    steps = [[Segment(rng.integers(0, 512, 20), 0, lanes[0], np.arange(20), lane=0)]]
-    starts = [20] + [0] * 7
-    for n in (1, 3, 8):
-        steps.append(
-            [
-                Segment(rng.integers(0, 512, 1), starts[i], lanes[i], np.asarray([0]), lane=i)
-                for i in range(n)
-            ]
-        )
-        for i in range(n):
-            starts[i] += 1
+    steps, starts = prompt_then_steps(rng, lanes, 20)
     layers = model.config.num_layers
     for segs in steps:
         model.ops.options = plain
@@ -101,8 +90,4 @@ def test_forward_with_epilogues_equals_without(tmp_path, monkeypatch, spec) -> N
         for a, b in zip(want, got, strict=True):
             assert a.logits.tobytes() == b.logits.tobytes()
             assert a.hidden.tobytes() == b.hidden.tobytes()
-    for layer in range(layers):
-        for i in range(8):
-            a = kvs[0].read_codes(layer, lanes[i], starts[i])
-            b = kvs[1].read_codes(layer, lanes[i], starts[i])
-            assert all(x is None or x.tobytes() == y.tobytes() for x, y in zip(a, b, strict=True))
+    assert_same_kv(kvs, layers, lanes, starts)

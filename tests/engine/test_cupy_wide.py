@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tests.engine.cupy_setup import GPU_ONLY
+from tests.engine.cupy_setup import GPU_ONLY, assert_same_kv, prompt_then_steps
 
 pytestmark = GPU_ONLY
 
@@ -85,7 +85,6 @@ def test_forward_wide_equals_narrow(tmp_path, monkeypatch, spec) -> None:  # typ
     """A 200-row prompt step (every row's logits), then steps of 1, 3 and 8 rows: logits,
     hidden rows and KV bytes equal with every GEMM on the wide kernel and with none."""
     from engine.model.loader import load_model
-    from engine.model.qwen3 import Segment
     from engine.ops import cupy_gemm
     from tests.conformance.conftest import TINY
 
@@ -106,17 +105,7 @@ def test_forward_wide_equals_narrow(tmp_path, monkeypatch, spec) -> None:  # typ
     kvs = [model.new_kv(48, 16, "bf16", lanes=8, lane_rows=64) for _ in range(2)]
     rng = np.random.default_rng(5)
     lanes = [list(range(16))] + [[16 + 4 * i + j for j in range(4)] for i in range(7)]
-    steps = [[Segment(rng.integers(0, 512, 200), 0, lanes[0], np.arange(200), lane=0)]]
-    starts = [200] + [0] * 7
-    for n in (1, 3, 8):
-        steps.append(
-            [
-                Segment(rng.integers(0, 512, 1), starts[i], lanes[i], np.asarray([0]), lane=i)
-                for i in range(n)
-            ]
-        )
-        for i in range(n):
-            starts[i] += 1
+    steps, starts = prompt_then_steps(rng, lanes, 200)
     for segs in steps:
         model.ops.options = narrow
         taken.clear()
@@ -129,8 +118,4 @@ def test_forward_wide_equals_narrow(tmp_path, monkeypatch, spec) -> None:  # typ
         for a, b in zip(want, got, strict=True):
             assert a.logits.tobytes() == b.logits.tobytes()
             assert a.hidden.tobytes() == b.hidden.tobytes()
-    for layer in range(model.config.num_layers):
-        for i in range(8):
-            a = kvs[0].read_codes(layer, lanes[i], starts[i])
-            b = kvs[1].read_codes(layer, lanes[i], starts[i])
-            assert all(x is None or x.tobytes() == y.tobytes() for x, y in zip(a, b, strict=True))
+    assert_same_kv(kvs, model.config.num_layers, lanes, starts)
