@@ -41,9 +41,13 @@ for i in 1 2; do
     lap "speed $side #$i: $(summ $OUT/speed-$side-$i.log)"
   done
 done
-(cd /tmp/repo && ENGINE_CUPY_WIDE_FROM=1 ENGINE_CUPY_ATTEND_TILE=1 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 timeout 250 python3 -m gates run --matrix matrices/gpu.yaml --base "$BASE" --head "$HEADREF" --jobs 6 --no-lean --no-speed > $OUT/gates.log 2>&1; echo "gates rc=$?" >> $OUT/gates.log) &
+# the gates and the suite get what is left of ROUND_BUDGET seconds (the device call's limit)
+left=$(( ${ROUND_BUDGET:-590} - ($(date +%s) - t0) - 20 ))
+[ "$left" -gt 250 ] && left=250
+lap "gates and suite: ${left} s"
+(cd /tmp/repo && ENGINE_CUPY_WIDE_FROM=1 ENGINE_CUPY_ATTEND_TILE=1 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 timeout "$left" python3 -m gates run --matrix matrices/gpu.yaml --base "$BASE" --head "$HEADREF" --jobs 6 --no-lean --no-speed > $OUT/gates.log 2>&1; echo "gates rc=$?" >> $OUT/gates.log) &
 g=$!
-timeout 240 python3 -m pytest -q -p no:cacheprovider tests/engine tests/conformance -k "cupy or gemm or launch or graph or fusions or tile or epilogue or wide" > $OUT/tests.log 2>&1
+timeout "$((left - 10))" python3 -m pytest -q -p no:cacheprovider tests/engine tests/conformance -k "cupy or gemm or launch or graph or fusions or tile or epilogue or wide" > $OUT/tests.log 2>&1
 lap "suite rc=$?: $(tail -1 $OUT/tests.log)"
 grep -E "^FAILED" $OUT/tests.log | head -5
 wait $g
