@@ -6,7 +6,7 @@
 # with both on (ENGINE_CUPY_WIDE_FROM=128 ENGINE_CUPY_ATTEND_THREAD_SCORES=1) and off,
 # alternated twice; 4. gpu.yaml BASE..HEAD with every GEMM wide and every attention launch by
 # thread-scored tiles on the head (flags unset == main: their bits against the base's), beside
-# the cupy suite. Wheels in .whl (gitpython for the gates) are installed first where present;
+# the cupy suite (ROUND_SPEED_TURNS: alternations of step 3, default 2). Wheels in .whl (gitpython for the gates) are installed first where present;
 # the gates run in a clone of .carry/repo.bundle (or of this checkout). Logs under $OUT.
 set -u
 BASE=${1:-e8fbb48}
@@ -34,7 +34,7 @@ for l in open(sys.argv[1]):
     if l.startswith('{'):
         r=json.loads(l); print(r['engine'][6:11], r['streams'], round(r['step_ms'],3), round(r.get('replay_ms',0),3), int(r['prefill_tok_s']), end='; ')
 " $1; }
-for i in 1 2; do
+for i in $(seq 1 "${ROUND_SPEED_TURNS:-2}"); do
   for side in new old; do
     e="ENGINE_ROUND_SIDE=old"; [ $side = new ] && e="ENGINE_CUPY_WIDE_FROM=128 ENGINE_CUPY_ATTEND_THREAD_SCORES=1"
     env $e timeout 45 python3 bench/cupy_speed.py --streams 1 8 > $OUT/speed-$side-$i.log 2>&1
