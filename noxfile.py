@@ -82,6 +82,14 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session
+def kernels(session: nox.Session) -> None:
+    """Which cupy kernels a change touches, without a GPU: PTX of both trees by NVRTC, kernel
+    by kernel (bench/ptx_float_ops.py; `-- --base main`, default main against the tree)."""
+    session.install("nvidia-cuda-nvrtc-cu12")
+    session.run("python", "bench/ptx_float_ops.py", *(session.posargs or ["--base", "main"]))
+
+
+@nox.session
 def load(session: nox.Session) -> None:
     """The served load test: 4096 streaming clients beside 256 idle sockets (docs/serving.md)."""
     session.install("-e", ".")

@@ -10,6 +10,9 @@ computes what it did. "same float ops": other instructions moved (addresses, loa
 float operations (fma, add, mul, ..., mma, shuffles) keep their sequence and constant operands;
 likely the same arithmetic, not a proof (which values meet is not compared): the GPU tests
 decide. "float ops changed": the arithmetic changed; its tests must run on a GPU.
+NVRTC 12.9's PTX of a few kernels moves between two compiles of the same source (seen: 7 of
+the one-block-per-pair attention kernels, comparing a tree with itself): they read "same
+float ops" even then.
 """
 
 from __future__ import annotations
