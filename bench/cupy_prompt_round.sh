@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the prompt-step kernels that keep their bits (docs/cupy.md, "A wide GEMM
 # and thread-scored attention"), run from the head's checkout:
-#   bench/cupy_prompt_round.sh [BASE_REF] [HEAD_REF]      (defaults: e8fbb48, h-wide-gemm)
+#   bench/cupy_prompt_round.sh [BASE_REF] [HEAD_REF]      (defaults: e8fbb48, main)
 # 1. their tests; 2. bench/cupy_wide.py (both GEMM kernels' GPU time); 3. bench/cupy_speed.py
 # with both on (ENGINE_CUPY_WIDE_FROM=128 ENGINE_CUPY_ATTEND_THREAD_SCORES=1) and off,
 # alternated twice; 4. gpu.yaml BASE..HEAD with every GEMM wide and every attention launch by
@@ -10,7 +10,7 @@
 # the gates run in a clone of .carry/repo.bundle (or of this checkout). Logs under $OUT.
 set -u
 BASE=${1:-e8fbb48}
-HEADREF=${2:-h-wide-gemm}
+HEADREF=${2:-main}
 OUT=${OUT:-/tmp/prompt-round}
 mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then

@@ -25,10 +25,6 @@ def _mma(ops: Any, w: Any) -> bool:
     return ops.options.gemm == "mma" and cupy_gemm.fits("mma", w.k)
 
 
-def _slices(w: Any) -> int:
-    return min(cupy_gemm.MMA_MAX_SLICES, w.k // cupy_gemm.MMA_CHUNK)
-
-
 def linear_silu(ops: Any, x: Any, w: Any, inter: int) -> Any | None:
     """silu(gate) * up [m, inter] of x . w^T, w the gate rows then the up rows [2 inter, k]."""
     if not ops.options.silu_epilogue or not _mma(ops, w) or w.n != 2 * inter:
@@ -45,7 +41,7 @@ def linear_silu(ops: Any, x: Any, w: Any, inter: int) -> Any | None:
     elif m:
         yb = ops._bf16_out(y)
         t = cupy_gemm.mma_tiles(m)
-        s = _slices(w)
+        s = cupy_gemm.mma_slices(w.k)
         grid = (-(-inter // 8), -(-m // (8 * t)))
         sizes = (np.int32(m), np.int32(inter), np.int32(w.k))
         args = (xb, np.int64(xb.shape[1]), w.data, y, or_null(yb), *sizes)

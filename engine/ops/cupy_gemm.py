@@ -52,6 +52,11 @@ def mma_tiles(m: int) -> int:
     return next((t for t in MMA_TILES if 8 * t >= m), MMA_TILES[-1])
 
 
+def mma_slices(k: int) -> int:
+    """The K slices S of the mma kernels (a warp each): by K alone, part of every sum's order."""
+    return min(MMA_MAX_SLICES, k // MMA_CHUNK)
+
+
 def wide(ops: Any, m: int) -> bool:
     """Whether a GEMM of m rows takes the wide kernel (the same bits, another staging)."""
     return 0 < ops.options.wide_from <= m
@@ -70,7 +75,7 @@ def mma(ops: Any, xb: Any, m: int, w: Any, tiles: int = 0) -> Any:
         ops.k["mma_wide_gemm"](grid, (WIDE_THREADS,), args, shared_mem=WIDE_SHARED)
     elif m:
         t = tiles or mma_tiles(m)
-        slices = min(MMA_MAX_SLICES, w.k // MMA_CHUNK)
+        slices = mma_slices(w.k)
         grid = (-(-w.n // 16), -(-m // (8 * t)))
         args = (xb, np.int64(xb.shape[1]), w.data, y, np.int32(m), np.int32(w.n), np.int32(w.k))
         ops.k[f"mma_gemm_{t}"](grid, (32 * slices,), args, shared_mem=slices * 16 * 8 * t * 4)
