@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# One device call for the prompt-step kernels that keep their bits (docs/cupy.md, "A wide GEMM
-# and thread-scored attention"), run from the head's checkout:
+# One device call for the kernels that keep their bits and are opt-in until run on a GPU
+# (docs/cupy.md, "A wide GEMM and thread-scored attention", "Early key copies"), run from the
+# head's checkout:
 #   bench/cupy_prompt_round.sh [BASE_REF] [HEAD_REF]      (defaults: e8fbb48, main)
 # 1. their tests; 2. bench/cupy_wide.py (both GEMM kernels' GPU time); 3. bench/cupy_speed.py
-# with both on (ENGINE_CUPY_WIDE_FROM=128 ENGINE_CUPY_ATTEND_THREAD_SCORES=1) and off,
-# alternated twice; 4. gpu.yaml BASE..HEAD with every GEMM wide and every attention launch by
-# thread-scored tiles on the head (flags unset == main: their bits against the base's), beside
+# with all three on (ENGINE_CUPY_WIDE_FROM=128 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 for prompt
+# steps, ENGINE_CUPY_ATTEND_EARLY=1 for decode steps) and off, alternated twice; 4. gpu.yaml
+# BASE..HEAD with every GEMM wide, every tile launch thread-scored, early copies, on the head (flags unset == main: their bits against the base's), beside
 # the cupy suite (ROUND_SPEED_TURNS: alternations of step 3, default 2). Wheels in .whl (gitpython for the gates) are installed first where present;
 # the gates run in a clone of .carry/repo.bundle (or of this checkout). Logs under $OUT.
 set -u
@@ -22,7 +23,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 SRC=.; [ -f .carry/repo.bundle ] && SRC=.carry/repo.bundle
 rm -rf /tmp/repo && git clone -q "$SRC" /tmp/repo && (cd /tmp/repo && git branch -q "$HEADREF" "origin/$HEADREF" 2>/dev/null; git branch -q main origin/main 2>/dev/null; git log --oneline -1 "$HEADREF")
 python3 -c "from engine.model import synthetic; synthetic.resolve('synthetic:qwen3-0.6b')" &
-timeout 150 python3 -m pytest -q -p no:cacheprovider tests/engine/test_cupy_wide.py tests/engine/test_cupy_attend_tile.py tests/engine/test_cupy_attend_plan.py tests/engine/test_cupy_epilogues.py tests/engine/test_cupy_options.py > $OUT/new-tests.log 2>&1
+timeout 200 python3 -m pytest -q -p no:cacheprovider tests/engine/test_cupy_wide.py tests/engine/test_cupy_attend_tile.py tests/engine/test_cupy_attend_plan.py tests/engine/test_cupy_epilogues.py tests/engine/test_cupy_options.py tests/engine/test_cupy_fusions.py "tests/engine/test_cupy_backend.py::test_graph_decode_equals_eager" > $OUT/new-tests.log 2>&1
 lap "new tests rc=$?: $(tail -1 $OUT/new-tests.log)"
 grep -E "^(FAILED|E  )" $OUT/new-tests.log | head -10
 wait
@@ -36,7 +37,7 @@ for l in open(sys.argv[1]):
 " $1; }
 for i in $(seq 1 "${ROUND_SPEED_TURNS:-2}"); do
   for side in new old; do
-    e="ENGINE_ROUND_SIDE=old"; [ $side = new ] && e="ENGINE_CUPY_WIDE_FROM=128 ENGINE_CUPY_ATTEND_THREAD_SCORES=1"
+    e="ENGINE_ROUND_SIDE=old"; [ $side = new ] && e="ENGINE_CUPY_WIDE_FROM=128 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 ENGINE_CUPY_ATTEND_EARLY=1"
     env $e timeout 45 python3 bench/cupy_speed.py --streams 1 8 > $OUT/speed-$side-$i.log 2>&1
     lap "speed $side #$i: $(summ $OUT/speed-$side-$i.log)"
   done
@@ -45,7 +46,7 @@ done
 left=$(( ${ROUND_BUDGET:-590} - ($(date +%s) - t0) - 20 ))
 [ "$left" -gt 250 ] && left=250
 lap "gates and suite: ${left} s"
-(cd /tmp/repo && ENGINE_CUPY_WIDE_FROM=1 ENGINE_CUPY_ATTEND_TILE=1 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 timeout "$left" python3 -m gates run --matrix matrices/gpu.yaml --base "$BASE" --head "$HEADREF" --jobs 6 --no-lean --no-speed > $OUT/gates.log 2>&1; echo "gates rc=$?" >> $OUT/gates.log) &
+(cd /tmp/repo && ENGINE_CUPY_WIDE_FROM=1 ENGINE_CUPY_ATTEND_TILE=1 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 ENGINE_CUPY_ATTEND_EARLY=1 timeout "$left" python3 -m gates run --matrix matrices/gpu.yaml --base "$BASE" --head "$HEADREF" --jobs 6 --no-lean --no-speed > $OUT/gates.log 2>&1; echo "gates rc=$?" >> $OUT/gates.log) &
 g=$!
 timeout "$((left - 10))" python3 -m pytest -q -p no:cacheprovider tests/engine tests/conformance -k "cupy or gemm or launch or graph or fusions or tile or epilogue or wide" > $OUT/tests.log 2>&1
 lap "suite rc=$?: $(tail -1 $OUT/tests.log)"

@@ -51,8 +51,11 @@ __device__ __forceinline__ void copy16_async(void* smem, const void* gmem) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
 }
 
+__device__ __forceinline__ void copies_sent() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// the thread's copies committed so far, and these, landed
 __device__ __forceinline__ void copies_done() {
-    asm volatile("cp.async.commit_group;\n" ::);
+    copies_sent();
     asm volatile("cp.async.wait_group 0;\n" ::);
 }
 
@@ -74,21 +77,25 @@ __device__ __forceinline__ void chunk_key(const int* pages, int j, int page_rows
     }
 }
 
-// The K and V codes of a chunk's keys 0 .. cn - 1 (their rows in rows[]) into kst / vst by
-// `threads` threads (the block's), every 16-byte piece in flight at once (cp.async), then
-// waited for; the caller's barrier makes them visible to the block.
+// The K and V codes of a chunk's keys first .. cn - 1 (their rows in rows[]) into kst / vst
+// by `threads` threads (the block's), every 16-byte piece in flight at once (cp.async), then
+// (wait) waited for with any sent before; the caller's barrier makes them visible to the block.
 // A key's K codes start KP pieces after the key before's (KP > VPR: rows padded).
 template <int KIND, int D, int KP = D * code_bytes<KIND>() / 16>
 __device__ __forceinline__ void copy_chunk(const void* kc, const void* vc, const int* rows, int cn,
-                                           int threads, uint4* kst, uint4* vst) {
+                                           int threads, uint4* kst, uint4* vst, int first = 0,
+                                           bool wait = true) {
     constexpr int VPR = D * code_bytes<KIND>() / 16;  // 16-byte pieces of one key's codes
-    for (int e = threadIdx.x; e < cn * VPR; e += threads) {
+    for (int e = first * VPR + threadIdx.x; e < cn * VPR; e += threads) {
         const int key = e / VPR, piece = e - key * VPR;
         const long long src = (long long)rows[key] * VPR + piece;
         copy16_async(kst + key * KP + piece, (const uint4*)kc + src);
         copy16_async(vst + e, (const uint4*)vc + src);
     }
-    copies_done();
+    if (wait)
+        copies_done();
+    else
+        copies_sent();
 }
 
 // Causal attention of q [n, Hq, D] over keys stored in pages, one block per (row, q head) of
@@ -114,13 +121,17 @@ __device__ __forceinline__ void copy_chunk(const void* kc, const void* vc, const
 // the same bits. At D <= 128
 // the split form first copies a chunk's K and V codes into shared memory (cp.async, all in
 // flight at once) and reads them there: the same values in the same order, one wait on
-// memory a chunk instead of one per few keys.
+// memory a chunk instead of one per few keys. With `early` it sends the first chunk's copies
+// of keys no kernel of this step writes before its wait for the kernel before (PDL_ENTRY):
+// a step of n rows writes only the top n positions of a row's keys, so keys 0 .. last - n
+// are older than the launch before it, whose own wait saw them done. Only when they land
+// changes, not a value.
 template <int KIND, int D, bool SPLIT, int QH = 1>
 __device__ void attend_paged(const float* q, const void* kc, const void* vc,
                              const signed char* ke, const signed char* ve, const int* ptab,
                              const int* poff, const int* last_pos, float* out,
                              unsigned short* outb, int hq, int hkv, int page_rows, float scale,
-                             float* part, int* count) {
+                             float* part, int* count, int early) {
     extern __shared__ float sh[];
     // a merging split slot's ATT_NG outputs fill its 4 D floats of ps, red, kex, vex
     static_assert(!SPLIT || QH == 1 || ATT_NG <= 4, "split slots merge over 4 D floats");
@@ -151,8 +162,21 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
     const void* kread = STAGE ? (const void*)kst : kc;
     const void* vread = STAGE ? (const void*)vst : vc;
     const int r = blockIdx.x, h = SPLIT ? blockIdx.y * QH + gb : blockIdx.y, kvh = h / (hq / hkv);
-    const int* pages = ptab + poff[r];
+    if (!(STAGE && early)) PDL_ENTRY();
+    const int* pages = ptab + poff[r];  // the step's inputs: no kernel writes them
     const int last = last_pos[r];
+    int sent = 0;  // keys of the first chunk whose copies went before the wait
+    if (STAGE && early) {  // the same for the whole block
+        const int c0 = g * D;
+        sent = max(0, min(D, last - (int)gridDim.x - c0 + 1));  // keys c0 .. last - n
+        if (sent) {
+            if (t < sent) chunk_key<KIND>(pages, c0 + t, page_rows, hkv, kvh, ke, ve, t, rows, kex, vex);
+            __syncthreads();
+            copy_chunk<KIND, D>(kc, vc, rows0, sent, QH * D, kst, vst, 0, false);
+        }
+        PDL_ENTRY();
+        __syncthreads();  // rows0 is read by those copies before the loop writes it again
+    }
     if (SPLIT || gb == 0) qs[t] = q[((long long)r * hq + h) * D + t] * scale;
     float m = NEG_INF, l = 0.0f, acc = 0.0f;
     const int nchunks = last / D + 1;
@@ -163,7 +187,8 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         if (live && j <= last) chunk_key<KIND>(pages, j, page_rows, hkv, kvh, ke, ve, t, rows, kex, vex);
         __syncthreads();
         if (STAGE && live) {  // the same for the whole block: its barrier is block-wide
-            copy_chunk<KIND, D>(kc, vc, rows0, min(D, last - c0 + 1), QH * D, kst, vst);
+            copy_chunk<KIND, D>(kc, vc, rows0, min(D, last - c0 + 1), QH * D, kst, vst,
+                                it ? 0 : sent);
             __syncthreads();
         }
         if (live) {
@@ -287,9 +312,10 @@ extern "C" {
     const float *q, const void *kc, const void *vc, const signed char *ke,             \
         const signed char *ve, const int *ptab, const int *poff, const int *last_pos,  \
         float *out, unsigned short *outb, int hq, int hkv, int page_rows, float scale, \
-        float *part, int *count
-#define ATTEND_PASS \
-    q, kc, vc, ke, ve, ptab, poff, last_pos, out, outb, hq, hkv, page_rows, scale, part, count
+        float *part, int *count, int early
+#define ATTEND_PASS                                                                     \
+    q, kc, vc, ke, ve, ptab, poff, last_pos, out, outb, hq, hkv, page_rows, scale, part, count, \
+        early
 // per code kind and head_dim (32, 64, 128, 256): attend_<kind>_<D> (one block per row and
 // head) and attend_<kind>_<D>_split (one per row, head and group; the last group's block
 // to finish merges)
@@ -297,16 +323,13 @@ extern "C" {
 // attend_<kind>_<D>_split<QH> (D <= 128): a split block of QH q heads of one KV head
 #define SPLIT_HEADS(NAME, KIND, D, QH)                                                     \
     __global__ void __launch_bounds__(QH * D) NAME##_##D##_split##QH(ATTEND_ARGS) {          \
-        PDL_ENTRY();                                                                       \
         attend_paged<KIND, D, true, QH>(ATTEND_PASS);                                      \
     }
 #define ATTEND_KERNEL(NAME, KIND, D)                                          \
     __global__ void __launch_bounds__(ATT_NG * D) NAME##_##D(ATTEND_ARGS) {      \
-        PDL_ENTRY();                                                          \
         attend_paged<KIND, D, false>(ATTEND_PASS);                            \
     }                                                                         \
     __global__ void __launch_bounds__(D) NAME##_##D##_split(ATTEND_ARGS) {       \
-        PDL_ENTRY();                                                          \
         attend_paged<KIND, D, true>(ATTEND_PASS);                             \
     }
 #define ATTEND_KERNELS(D)                   \

@@ -11,6 +11,10 @@ because no two attention launches run at once (one stream at a time; StepGraphs.
 synchronizes before and after each replay). Graphs replayed concurrently on several streams
 would need counters of their own.
 
+With `options.attend_early` a split launch sends the first chunk's copies of keys older than
+its step before it waits for the kernel before it (programmatic dependent launch): only when
+those bytes arrive changes.
+
 Launches of many rows (a prompt step) run the tile kernel (cupy_attend_tile.cu) instead of one
 block per pair: a block per (tile of rows, KV head) stages each chunk of keys once for all
 its pairs, and its warps take a pair each with attend_paged's arithmetic, so again the same
@@ -79,10 +83,12 @@ def attend(ops: Any, kind: str, q: Any, kc: Any, vc: Any, ke: Any, ve: Any, meta
         part = cp.empty(n * hq * GROUPS * (d + 2), dtype=cp.float32)
         count = ops.split_counters(n * hq)
         grid, block = (n, hq // form.heads, GROUPS), (d * form.heads,)
+        early = np.int32(ops.options.attend_early)
         ops.attend_k[kind, d, form.kernel](
-            grid, block, (*args, part, count), shared_mem=form.shared
+            grid, block, (*args, part, count, early), shared_mem=form.shared
         )
     else:
         block = (d * GROUPS,)
-        ops.attend_k[kind, d, ""]((n, hq), block, (*args, NULL, NULL), shared_mem=form.shared)
+        pair_args = (*args, NULL, NULL, np.int32(0))
+        ops.attend_k[kind, d, ""]((n, hq), block, pair_args, shared_mem=form.shared)
     return out

@@ -198,18 +198,22 @@ def test_attention_head_dims_match_numpy(ops) -> None:  # type: ignore[no-untype
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
 
 
-@pytest.mark.parametrize("spec", ["synthetic:tiny@5", "synthetic:tiny-moe@5"])
-def test_graph_decode_equals_eager(tmp_path, monkeypatch, spec) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(
+    "spec,early", [("synthetic:tiny@5", 0), ("synthetic:tiny@5", 1), ("synthetic:tiny-moe@5", 0)]
+)
+def test_graph_decode_equals_eager(tmp_path, monkeypatch, spec, early) -> None:  # type: ignore[no-untyped-def]
     """Prompt steps and decode steps replayed from CUDA graphs give the eager forward's
     logits, hidden rows and KV bytes, for 1 and 3 streams, with the padded rows kept out of
-    the streams' pages; the MoE model's steps go through graphs too (routing on the device)."""
+    the streams' pages; the MoE model's steps go through graphs too (routing on the device).
+    With `early` each split attention launch copies its old keys before it waits for the
+    K/V write before it (in the graph, by programmatic dependent launch)."""
     from engine.model.loader import load_model
     from engine.model.qwen3 import Segment, graph_step
 
     monkeypatch.setenv("ENGINE_SYNTHETIC_DIR", str(tmp_path))
     model = load_model(spec, "cupy")
     # a 100-row prompt step is a graph of 128 rows: above the default's 64
-    model.ops.options = dataclasses.replace(model.ops.options, graph_rows=128)
+    model.ops.options = dataclasses.replace(model.ops.options, graph_rows=128, attend_early=early)
 
     def eager_and_graph(segs: list, kvs: list) -> tuple[list, list]:
         model.ops.graphs = False  # model.forward eager

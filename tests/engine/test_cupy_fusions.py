@@ -61,13 +61,16 @@ def test_norm_rope_store_equals_norm_rope_then_store(ops, kind) -> None:  # type
         assert _codes(two, 0) == _codes(one, 0)  # the other layer untouched
 
 
+@pytest.mark.parametrize("early", [0, 1])
 @pytest.mark.parametrize("heads", [1, 2, 4])
 @pytest.mark.parametrize("kind", ["f32", "bf16"])
-def test_split_attention_merges_in_its_last_block(ops, monkeypatch, kind, heads) -> None:  # type: ignore[no-untyped-def]
+def test_split_attention_merges_in_its_last_block(ops, monkeypatch, kind, heads, early) -> None:  # type: ignore[no-untyped-def]
     """The split launch (its last block merging; a block of 1, 2 or 4 q heads of one KV
     head, the chunk staged once for them) == the one-block-per-pair launch, launch after
     launch: each merging slot sets its counter back, so a second and third launch over the
-    same counters elect again (all counters read zero after each)."""
+    same counters elect again (all counters read zero after each). With `early` the first
+    chunk's keys up to last - n are sent before the wait: whole chunks (row 300, group 0),
+    part of one (rows 127, 128 and 300), none (row 0; row 128's second group)."""
     import cupy as cp
 
     from engine.ops.cupy_attend_plan import choose
@@ -86,7 +89,11 @@ def test_split_attention_merges_in_its_last_block(ops, monkeypatch, kind, heads)
     got = {}
     for split in (0, 10**6, 10**6, 10**6):
         opts = dataclasses.replace(
-            ops.options, attend_split=split, attend_split_heads=heads, attend_heads_from=1
+            ops.options,
+            attend_split=split,
+            attend_split_heads=heads,
+            attend_heads_from=1,
+            attend_early=early,
         )
         monkeypatch.setattr(ops, "options", opts)
         if split:

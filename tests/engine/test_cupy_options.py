@@ -40,6 +40,8 @@ def test_defaults_and_values_from_the_environment() -> None:
     got = CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_THREAD_SCORES": "1"})
     assert got.attend_thread_scores == 1
     assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_FROM": "0"}).wide_from == 0
+    assert CupyOptions.from_environ({}).attend_early == 0
+    assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_EARLY": "1"}).attend_early == 1
     assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_FROM": "1"}).wide_from == 1
 
 
@@ -63,6 +65,7 @@ def test_defaults_and_values_from_the_environment() -> None:
         ({"ENGINE_CUPY_WIDE_FROM": "-1"}, "ENGINE_CUPY_WIDE_FROM"),
         ({"ENGINE_CUPY_WIDE_FROM": "wide"}, "ENGINE_CUPY_WIDE_FROM"),
         ({"ENGINE_CUPY_ATTEND_THREAD_SCORES": "2"}, "ENGINE_CUPY_ATTEND_THREAD_SCORES"),
+        ({"ENGINE_CUPY_ATTEND_EARLY": "2"}, "ENGINE_CUPY_ATTEND_EARLY"),
     ],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], name: str) -> None:
