@@ -7,7 +7,7 @@
 # with all three on (ENGINE_CUPY_WIDE_FROM=128 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 for prompt
 # steps, ENGINE_CUPY_ATTEND_EARLY=1 for decode steps) and off, alternated twice; 4. gpu.yaml
 # BASE..HEAD with every GEMM wide, every tile launch thread-scored, early copies, on the head (flags unset == main: their bits against the base's), beside
-# the cupy suite (ROUND_SPEED_TURNS: alternations of step 3, default 2). Wheels in .whl (gitpython for the gates) are installed first where present;
+# the cupy suite (ROUND_SPEED_TURNS: alternations of step 3, default 1). Wheels in .whl (gitpython for the gates) are installed first where present;
 # the gates run in a clone of .carry/repo.bundle (or of this checkout). Logs under $OUT.
 set -u
 BASE=${1:-e8fbb48}
@@ -27,6 +27,12 @@ timeout 200 python3 -m pytest -q -p no:cacheprovider tests/engine/test_cupy_wide
 lap "new tests rc=$?: $(tail -1 $OUT/new-tests.log)"
 grep -E "^(FAILED|E  )" $OUT/new-tests.log | head -10
 wait
+# the attention launch that makes the K/V write itself (ENGINE_CUPY_ATTEND_STORE=1): graph ==
+# eager first; it joins the speed sides and the gates only if that holds
+ENGINE_CUPY_ATTEND_STORE=1 timeout 150 python3 -m pytest -q -x -p no:cacheprovider "tests/engine/test_cupy_backend.py::test_graph_decode_equals_eager" tests/engine/test_cupy_drafter_graph.py > $OUT/store-tests.log 2>&1
+store=$?; lap "store tests rc=$store: $(tail -1 $OUT/store-tests.log)"
+grep -E "^(FAILED|E  )" $OUT/store-tests.log | head -6
+STORE=""; SIDES="new old"; [ $store = 0 ] && STORE="ENGINE_CUPY_ATTEND_STORE=1" && SIDES="new old store"
 timeout 60 python3 bench/cupy_wide.py --rows 64 128 256 512 1024 --calls 30 > $OUT/wide-bench.log 2>&1
 lap "wide bench rc=$?"; tail -21 $OUT/wide-bench.log
 summ() { python3 -c "
@@ -35,9 +41,10 @@ for l in open(sys.argv[1]):
     if l.startswith('{'):
         r=json.loads(l); print(r['engine'][6:11], r['streams'], round(r['step_ms'],3), round(r.get('replay_ms',0),3), int(r['prefill_tok_s']), end='; ')
 " $1; }
-for i in $(seq 1 "${ROUND_SPEED_TURNS:-2}"); do
-  for side in new old; do
+for i in $(seq 1 "${ROUND_SPEED_TURNS:-1}"); do
+  for side in $SIDES; do
     e="ENGINE_ROUND_SIDE=old"; [ $side = new ] && e="ENGINE_CUPY_WIDE_FROM=128 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 ENGINE_CUPY_ATTEND_EARLY=1"
+    [ $side = store ] && e="ENGINE_CUPY_WIDE_FROM=128 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 ENGINE_CUPY_ATTEND_EARLY=1 $STORE"
     env $e timeout 45 python3 bench/cupy_speed.py --streams 1 8 > $OUT/speed-$side-$i.log 2>&1
     lap "speed $side #$i: $(summ $OUT/speed-$side-$i.log)"
   done
@@ -46,7 +53,7 @@ done
 left=$(( ${ROUND_BUDGET:-590} - ($(date +%s) - t0) - 20 ))
 [ "$left" -gt 250 ] && left=250
 lap "gates and suite: ${left} s"
-(cd /tmp/repo && ENGINE_CUPY_WIDE_FROM=1 ENGINE_CUPY_ATTEND_TILE=1 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 ENGINE_CUPY_ATTEND_EARLY=1 timeout "$left" python3 -m gates run --matrix matrices/gpu.yaml --base "$BASE" --head "$HEADREF" --jobs 6 --no-lean --no-speed > $OUT/gates.log 2>&1; echo "gates rc=$?" >> $OUT/gates.log) &
+(cd /tmp/repo && env ENGINE_CUPY_WIDE_FROM=1 ENGINE_CUPY_ATTEND_TILE=1 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 ENGINE_CUPY_ATTEND_EARLY=1 $STORE timeout "$left" python3 -m gates run --matrix matrices/gpu.yaml --base "$BASE" --head "$HEADREF" --jobs 6 --no-lean --no-speed > $OUT/gates.log 2>&1; echo "gates rc=$?" >> $OUT/gates.log) &
 g=$!
 timeout "$((left - 10))" python3 -m pytest -q -p no:cacheprovider tests/engine tests/conformance -k "cupy or gemm or launch or graph or fusions or tile or epilogue or wide" > $OUT/tests.log 2>&1
 lap "suite rc=$?: $(tail -1 $OUT/tests.log)"

@@ -40,13 +40,17 @@ def attention_rows(
     config: ModelConfig, ops: Ops, layer: Layer, h: Array, cos: Array, sin: Array, attend: Attend
 ) -> Array:
     """Attention [n, Hq * D] of normed input rows h: q/k/v, their norms and RoPE, the K/V
-    write and attention. Where `attend` is a StoredAttend and the backend fuses the write into
-    the norm and RoPE launch, that one launch (the same bytes) and then attend.attend(q)."""
+    write and attention. Where `attend` is a StoredAttend and the backend fuses the norms, RoPE
+    and write into the attention launch, that one launch; where it fuses the write into the
+    norm and RoPE launch, that one launch (the same bytes) and then attend.attend(q)."""
     hq, d = config.num_heads, config.head_dim
     qkv = ops.linear(h, layer.qkv)
     n = qkv.shape[0]
     if isinstance(attend, StoredAttend):
         args = (hq, config.num_kv_heads, layer.q_norm, layer.k_norm, config.rms_norm_eps)
+        out = attend.attend_qkv(qkv, *args, cos, sin) if attend.attend_qkv else None
+        if out is not None:
+            return out.reshape(n, hq * d)
         q = ops.qk_norm_rope_store(qkv, *args, cos, sin, attend.target)
         if q is not None:
             return attend.attend(q).reshape(n, hq * d)

@@ -36,6 +36,10 @@ class StoredAttend:
     target: Any
     store: Callable[[Array, Array], None]
     attend: Callable[[Array], Array]
+    # (qkv, hq, hkv, q_norm, k_norm, eps, cos, sin) -> the attention output, with the q/k
+    # norms, RoPE and the K/V write made in the attention's own launch (the same bytes and
+    # output), or None where the backend does not fuse them for this step
+    attend_qkv: Callable[..., Array | None] | None = None
 
     def __call__(self, q: Array, k: Array, v: Array) -> Array:
         self.store(k, v)

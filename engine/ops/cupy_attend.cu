@@ -1,31 +1,6 @@
 // Attention kernels of the cupy backend: compiled after cupy_kernels.cu (its helpers:
-// the codecs, load_code, the trees), in one NVRTC module (see CupyOps.__init__).
-
-// Trees over one group's D values (D a power of two; t the thread's index in its group). Every
-// thread of the block calls them the same number of times: their barriers are block-wide.
-__device__ __forceinline__ float group_max(float* red, int t, int D, float v) {
-    red[t] = v;
-    __syncthreads();
-    for (int s = D >> 1; s > 0; s >>= 1) {
-        if (t < s) red[t] = fmaxf(red[t], red[t + s]);
-        __syncthreads();
-    }
-    float out = red[0];
-    __syncthreads();
-    return out;
-}
-
-__device__ __forceinline__ float group_sum(float* red, int t, int D, float v) {
-    red[t] = v;
-    __syncthreads();
-    for (int s = D >> 1; s > 0; s >>= 1) {
-        if (t < s) red[t] = red[t] + red[t + s];
-        __syncthreads();
-    }
-    float out = red[0];
-    __syncthreads();
-    return out;
-}
+// the codecs, load_code, the trees) and cupy_attend_store.cu (the FS form's), in one NVRTC
+// module (see CupyOps.__init__).
 
 // The groups' (max, sum, output) merged in group order; out[at + t] and its bf16 bits.
 template <int D>
@@ -126,13 +101,22 @@ __device__ __forceinline__ void copy_chunk(const void* kc, const void* vc, const
 // a step of n rows writes only the top n positions of a row's keys, so keys 0 .. last - n
 // are older than the launch before it, whose own wait saw them done. Only when they land
 // changes, not a value.
-template <int KIND, int D, bool SPLIT, int QH = 1>
+//
+// FS (split, staged): the q/k norms, RoPE and K/V write of the step (qkv_norm_rope_store's
+// work) in this launch, from the qkv projection's rows `hs` (heads_in below): each slot norms
+// and ropes its q head; a chunk's keys from fresh[r] on (the keys of r's stream this step
+// writes, the rows before r in the launch) are made in the block, encoded into the staged
+// chunk, with the same functions and trees as qkv_norm_rope_store, never read back from
+// memory; and the first block of r's KV head whose group holds key last[r] writes that key's
+// codes into slots[r]. The same codes, the same q, the same arithmetic after.
+template <int KIND, int D, bool SPLIT, int QH = 1, bool FS = false>
 __device__ void attend_paged(const float* q, const void* kc, const void* vc,
                              const signed char* ke, const signed char* ve, const int* ptab,
                              const int* poff, const int* last_pos, float* out,
                              unsigned short* outb, int hq, int hkv, int page_rows, float scale,
-                             float* part, int* count, int early) {
+                             float* part, int* count, int early, HeadsIn hs = HeadsIn{}) {
     extern __shared__ float sh[];
+    static_assert(!FS || (SPLIT && D <= 128), "the fused store needs the staged split form");
     // a merging split slot's ATT_NG outputs fill its 4 D floats of ps, red, kex, vex
     static_assert(!SPLIT || QH == 1 || ATT_NG <= 4, "split slots merge over 4 D floats");
     // slots of D threads: the pair's groups (one block per pair), or q heads (split)
@@ -165,10 +149,12 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
     if (!(STAGE && early)) PDL_ENTRY();
     const int* pages = ptab + poff[r];  // the step's inputs: no kernel writes them
     const int last = last_pos[r];
+    // keys fresh .. last are this step's: made here (FS) or written by the kernel before
+    const int fresh = FS ? hs.fresh[r] : max(0, last - (int)gridDim.x + 1);
     int sent = 0;  // keys of the first chunk whose copies went before the wait
     if (STAGE && early) {  // the same for the whole block
         const int c0 = g * D;
-        sent = max(0, min(D, last - (int)gridDim.x - c0 + 1));  // keys c0 .. last - n
+        sent = max(0, min(D, fresh - c0));  // keys c0 .. fresh - 1
         if (sent) {
             if (t < sent) chunk_key<KIND>(pages, c0 + t, page_rows, hkv, kvh, ke, ve, t, rows, kex, vex);
             __syncthreads();
@@ -177,7 +163,13 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         PDL_ENTRY();
         __syncthreads();  // rows0 is read by those copies before the loop writes it again
     }
-    if (SPLIT || gb == 0) qs[t] = q[((long long)r * hq + h) * D + t] * scale;
+    if (FS) {
+        auto slot_sum = [red, t](float v) { return group_sum(red, t, D, v); };
+        const float x = hs.qkv[r * hs.stride + (long long)h * D + t];
+        qs[t] = norm_rope_at(x, hs.qw, hs.cos_t, hs.sin_t, r, hs.eps, ps, t, D, slot_sum) * scale;
+    } else if (SPLIT || gb == 0) {
+        qs[t] = q[((long long)r * hq + h) * D + t] * scale;
+    }
     float m = NEG_INF, l = 0.0f, acc = 0.0f;
     const int nchunks = last / D + 1;
     for (int it = 0; it * ATT_NG < nchunks; ++it) {
@@ -187,9 +179,16 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         if (live && j <= last) chunk_key<KIND>(pages, j, page_rows, hkv, kvh, ke, ve, t, rows, kex, vex);
         __syncthreads();
         if (STAGE && live) {  // the same for the whole block: its barrier is block-wide
-            copy_chunk<KIND, D>(kc, vc, rows0, min(D, last - c0 + 1), QH * D, kst, vst,
-                                it ? 0 : sent);
+            const int cn = min(D, last - c0 + 1);
+            copy_chunk<KIND, D>(kc, vc, rows0, FS ? min(cn, max(0, fresh - c0)) : cn, QH * D,
+                                kst, vst, it ? 0 : sent);
             __syncthreads();
+            if (FS) {
+                make_keys<KIND, D>(hs, r, c0, fresh, last, kvh, hq, hkv, t, gb == 0,
+                                   blockIdx.y * QH == kvh * (hq / hkv), kc, vc, ke, ve, kst, vst,
+                                   kex, vex, red, ps);
+                __syncthreads();
+            }
         }
         if (live) {
             float qr[per];
@@ -332,6 +331,23 @@ extern "C" {
     __global__ void __launch_bounds__(D) NAME##_##D##_split(ATTEND_ARGS) {       \
         attend_paged<KIND, D, true>(ATTEND_PASS);                             \
     }
+// attend_<kind>_<D>_split[<QH>]_fs (D <= 128): the split forms with the step's q/k norms,
+// RoPE and K/V write (FS above) from the qkv rows
+#define FS_ARGS                                                                          \
+    ATTEND_ARGS, const float *qkv, long long stride, const float *qw, const float *kw,  \
+        const float *cos_t, const float *sin_t, float eps, const long long *slots,      \
+        const int *fresh
+#define FS_PASS ATTEND_PASS, HeadsIn{qkv, stride, qw, kw, cos_t, sin_t, eps, slots, fresh}
+#define SPLIT_FS(NAME, KIND, D, QH, SUFFIX)                                             \
+    __global__ void __launch_bounds__(QH * D) NAME##_##D##SUFFIX(FS_ARGS) {             \
+        attend_paged<KIND, D, true, QH, true>(FS_PASS);                                 \
+    }
+#define ATTEND_FS_KIND(NAME, KIND, D)                                                   \
+    SPLIT_FS(NAME, KIND, D, 1, _split_fs)                                               \
+    SPLIT_FS(NAME, KIND, D, 2, _split2_fs) SPLIT_FS(NAME, KIND, D, 4, _split4_fs)
+#define ATTEND_FS(D)                                                                    \
+    ATTEND_FS_KIND(attend_f32, KIND_F32, D)                                             \
+    ATTEND_FS_KIND(attend_bf16, KIND_BF16, D) ATTEND_FS_KIND(attend_fp8, KIND_FP8, D)
 #define ATTEND_KERNELS(D)                   \
     ATTEND_KERNEL(attend_f32, KIND_F32, D)   \
     ATTEND_KERNEL(attend_bf16, KIND_BF16, D) \
@@ -347,5 +363,8 @@ ATTEND_KERNELS(256)
 ATTEND_SPLIT_HEADS(32)
 ATTEND_SPLIT_HEADS(64)
 ATTEND_SPLIT_HEADS(128)
+ATTEND_FS(32)
+ATTEND_FS(64)
+ATTEND_FS(128)
 
 }  // extern "C"

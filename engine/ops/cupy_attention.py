@@ -15,6 +15,10 @@ With `options.attend_early` a split launch sends the first chunk's copies of key
 its step before it waits for the kernel before it (programmatic dependent launch): only when
 those bytes arrive changes.
 
+`attend_qkv` (options.attend_store) runs a split launch's kernel with the step's q/k norms,
+RoPE and K/V write in it (the `_fs` kernels), from the qkv projection's rows: the bytes and
+output of qkv_norm_rope_store then `attend`, one launch fewer a layer.
+
 Launches of many rows (a prompt step) run the tile kernel (cupy_attend_tile.cu) instead of one
 block per pair: a block per (tile of rows, KV head) stages each chunk of keys once for all
 its pairs, and its warps take a pair each with attend_paged's arithmetic, so again the same
@@ -29,7 +33,14 @@ import cupy as cp
 import numpy as np
 
 from engine.errors import EngineFailure
-from engine.ops.cupy_attend_plan import ATTEND_HEAD_DIMS, GROUPS, TILE_WARPS, choose, shared_asks
+from engine.ops.cupy_attend_plan import (
+    ATTEND_HEAD_DIMS,
+    GROUPS,
+    STAGE_DIMS,
+    TILE_WARPS,
+    choose,
+    shared_asks,
+)
 from engine.ops.cupy_launch import NULL, or_null
 
 SHARED_OPTIN = 97  # cudaDevAttrMaxSharedMemoryPerBlockOptin (CUDA runtime API)
@@ -80,15 +91,54 @@ def attend(ops: Any, kind: str, q: Any, kc: Any, vc: Any, ke: Any, ve: Any, meta
         block = (32 * TILE_WARPS,)
         ops.attend_k[kind, d, form.kernel](grid, block, tile_args, shared_mem=form.shared)
     elif form.name == "split":  # one block per group (of `heads` q heads); the last merges
-        part = cp.empty(n * hq * GROUPS * (d + 2), dtype=cp.float32)
-        count = ops.split_counters(n * hq)
-        grid, block = (n, hq // form.heads, GROUPS), (d * form.heads,)
-        early = np.int32(ops.options.attend_early)
-        ops.attend_k[kind, d, form.kernel](
-            grid, block, (*args, part, count, early), shared_mem=form.shared
-        )
+        _split(ops, kind, d, form, n, hq, args)
     else:
         block = (d * GROUPS,)
         pair_args = (*args, NULL, NULL, np.int32(0))
         ops.attend_k[kind, d, ""]((n, hq), block, pair_args, shared_mem=form.shared)
     return out
+
+
+def _split(
+    ops: Any, kind: str, d: int, form: Any, n: int, hq: int, args: tuple, fs: tuple = ()
+) -> None:
+    """A split launch of `form`: one block per key group of `form.heads` q heads, the last
+    of a pair merging; with `fs` (the _fs kernel's heads_in arguments) the fused form."""
+    part = cp.empty(n * hq * GROUPS * (d + 2), dtype=cp.float32)
+    count = ops.split_counters(n * hq)
+    grid, block = (n, hq // form.heads, GROUPS), (d * form.heads,)
+    early = np.int32(ops.options.attend_early)
+    name = form.kernel + ("_fs" if fs else "")
+    ops.attend_k[kind, d, name](
+        grid, block, (*args, part, count, early, *fs), shared_mem=form.shared
+    )
+
+
+def attend_qkv(ops: Any, qkv: Any, heads: tuple, target: Any, meta: Any, fresh: Any) -> Any | None:
+    """The attention output [n, Hq, D] of a qkv projection's rows [n, (Hq + 2 Hkv) D], with
+    the q/k norms, RoPE and the K/V write into `target` (cupy_kv.KVTarget) made in the split
+    launch itself: the bytes of qk_norm_rope_store then `attend`. fresh [n]: each row's first
+    position its step writes (rows of one stream are adjacent, in position order). None where
+    options.attend_store is off or the launch takes another form (the caller then stores and
+    attends)."""
+    hq, hkv, qw, kw, eps, cos, sin = heads
+    n, width = qkv.shape
+    d = width // (hq + 2 * hkv)
+    if not ops.options.attend_store or not n or d not in ATTEND_HEAD_DIMS or d > STAGE_DIMS:
+        return None
+    if qkv.dtype != cp.float32 or qkv.strides[1] != 4 or hq % hkv:
+        return None
+    form = choose(n, hq, hkv, d, target.kind, ops.options, ops.shared_limit)
+    if form.name != "split":
+        return None
+    (kc, ke), (vc, ve) = target.k, target.v
+    ptab, poff, last, page_rows = meta
+    flat = cp.empty((n, hq * d), dtype=cp.float32)
+    twin = ops._bf16_out(flat)
+    sizes = (np.int32(hq), np.int32(hkv), np.int32(page_rows), np.float32(1.0 / np.sqrt(d)))
+    ke, ve = or_null(ke), or_null(ve)
+    args = (NULL, kc, vc, ke, ve, ptab, poff, last, flat, or_null(twin), *sizes)
+    stride = np.int64(qkv.strides[0] // 4)
+    fs = (qkv, stride, qw, kw, cos, sin, np.float32(eps), target.slots, fresh)
+    _split(ops, target.kind, d, form, n, hq, args, fs)
+    return flat.reshape(n, hq, d)

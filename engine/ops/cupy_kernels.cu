@@ -88,6 +88,32 @@ __device__ __forceinline__ float tree_max(float* red, float v) {
     return out;
 }
 
+// Trees over one group's D values (D a power of two; t the thread's index in its group). Every
+// thread of the block calls them the same number of times: their barriers are block-wide.
+__device__ __forceinline__ float group_max(float* red, int t, int D, float v) {
+    red[t] = v;
+    __syncthreads();
+    for (int s = D >> 1; s > 0; s >>= 1) {
+        if (t < s) red[t] = fmaxf(red[t], red[t + s]);
+        __syncthreads();
+    }
+    float out = red[0];
+    __syncthreads();
+    return out;
+}
+
+__device__ __forceinline__ float group_sum(float* red, int t, int D, float v) {
+    red[t] = v;
+    __syncthreads();
+    for (int s = D >> 1; s > 0; s >>= 1) {
+        if (t < s) red[t] = red[t] + red[t + s];
+        __syncthreads();
+    }
+    float out = red[0];
+    __syncthreads();
+    return out;
+}
+
 extern "C" {
 
 // x [rows_in, cols] float32 -> y [rows_out, cols] bf16 bits; rows past rows_in are zero
@@ -179,13 +205,17 @@ __global__ void rope(const float* x, const float* cos_t, const float* sin_t, flo
 // One head of D floats (x: this thread's element) RMS-normed with weight w, then roped at the
 // row's cos/sin: rms_norm's arithmetic at cols = D (a power of two <= 256: one element a
 // thread, the same tree) and rope's rotation. red: 2 D shared floats. Block-wide barriers.
-__device__ __forceinline__ float norm_rope_head(float x, const float* w, const float* cos_t,
-                                                const float* sin_t, long long row, float eps,
-                                                float* red) {
-    const int D = blockDim.x, t = threadIdx.x, half = D / 2;
-    const float var = tree_sum(red, 0.0f + x * x) / (float)D;
+// One head's value x of thread t (of D) RMS-normed with w, then roped at `row` of cos/sin;
+// `sum` is the D threads' fixed tree (tree_sum over a block of D, or a slot's of a wider
+// block), nrm D floats of scratch. Every caller's float operations are these.
+extern "C++" {  // templates: C++ linkage inside this extern "C" block
+template <class Sum>
+__device__ __forceinline__ float norm_rope_at(float x, const float* w, const float* cos_t,
+                                              const float* sin_t, long long row, float eps,
+                                              float* nrm, int t, int D, Sum sum) {
+    const int half = D / 2;
+    const float var = sum(0.0f + x * x) / (float)D;
     const float inv = 1.0f / sqrtf(var + eps);
-    float* nrm = red + D;
     nrm[t] = (x * inv) * w[t];
     __syncthreads();
     const int j = t < half ? t : t - half;
@@ -199,6 +229,14 @@ __device__ __forceinline__ float norm_rope_head(float x, const float* w, const f
         y = x2 * c + x1 * s;
     }
     return y;
+}
+}  // extern "C++"
+
+__device__ __forceinline__ float norm_rope_head(float x, const float* w, const float* cos_t,
+                                                const float* sin_t, long long row, float eps,
+                                                float* red) {
+    return norm_rope_at(x, w, cos_t, sin_t, row, eps, red + blockDim.x, threadIdx.x, blockDim.x,
+                        [red](float v) { return tree_sum(red, v); });
 }
 
 // q and k of one qkv output row [n, stride] (q heads, then k heads, adjacent, D floats each):
@@ -237,24 +275,35 @@ __global__ void silu_mul(const float* gate, const float* up, float* y, unsigned 
     if (yb) yb[i] = f32_to_bf16(v);
 }
 
-// Encode one head of one row (this thread's value v, blockDim.x == D) into codes row dst_row;
-// the bytes equal engine/kv/codec.py's.
+// Thread t's code of one head's values (D threads, `amax_of` their fixed max tree: fp8 only)
+// into codes[i], and (fp8) the head's exponent into *ex; the bytes of engine/kv/codec.py.
+extern "C++" {
+template <class Max>
+__device__ __forceinline__ void encode_value(float v, int kind, void* codes, long long i,
+                                             int* ex, Max amax_of) {
+    if (kind == KIND_F32) {
+        ((float*)codes)[i] = v;
+    } else if (kind == KIND_BF16) {
+        ((unsigned short*)codes)[i] = f32_to_bf16(v);
+    } else {
+        float amax = amax_of(fabsf(v));
+        int e;
+        frexpf(amax, &e);  // frexp(0) gives 0, as numpy's
+        const int x = min(max(e - 8, -128), 127);
+        float scaled = fminf(fmaxf(ldexpf(v, -x), -448.0f), 448.0f);
+        ((unsigned char*)codes)[i] = f32_to_e4m3(scaled);
+        *ex = x;
+    }
+}
+}  // extern "C++"
+
+// Encode one head of one row (this thread's value v, blockDim.x == D) into codes row dst_row.
 __device__ __forceinline__ void store_value(float v, long long dst_row, void* codes,
                                             signed char* exps, int kind, float* red) {
     const int D = blockDim.x, t = threadIdx.x;
-    if (kind == KIND_F32) {
-        ((float*)codes)[dst_row * D + t] = v;
-    } else if (kind == KIND_BF16) {
-        ((unsigned short*)codes)[dst_row * D + t] = f32_to_bf16(v);
-    } else {
-        float amax = tree_max(red, fabsf(v));
-        int e;
-        frexpf(amax, &e);  // frexp(0) gives 0, as numpy's
-        int ex = min(max(e - 8, -128), 127);
-        float scaled = fminf(fmaxf(ldexpf(v, -ex), -448.0f), 448.0f);
-        ((unsigned char*)codes)[dst_row * D + t] = f32_to_e4m3(scaled);
-        if (t == 0) exps[dst_row] = (signed char)ex;
-    }
+    int ex = 0;
+    encode_value(v, kind, codes, dst_row * D + t, &ex, [red](float a) { return tree_max(red, a); });
+    if (kind == KIND_FP8 && t == 0) exps[dst_row] = (signed char)ex;
 }
 
 __device__ __forceinline__ void store_head(const float* x, long long dst_row, void* codes,

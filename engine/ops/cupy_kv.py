@@ -150,6 +150,7 @@ class CupyKV:
         says what is wrong)."""
         pr, lp = self.page_rows, self.lane_pages
         slots = np.full(rows, self.scratch * pr, dtype=np.int64)
+        fresh = np.zeros(rows, dtype=np.int32)  # a row's first position this step writes
         ptab = np.full((rows, lp), self.scratch, dtype=np.int32)
         last = np.zeros(rows, dtype=np.int32)
         i = 0
@@ -162,9 +163,16 @@ class CupyKV:
             ptab[i : i + n, :used] = pages
             slots[i : i + n] = pages[pos // pr] * pr + pos % pr
             last[i : i + n] = pos  # causal: a row sees keys up to its own position
+            fresh[i : i + n] = seg.start
             i += n
         poff = np.arange(rows, dtype=np.int32) * lp
-        return {"slots": slots, "ptab": ptab.reshape(-1), "poff": poff, "last": last}
+        return {
+            "slots": slots,
+            "ptab": ptab.reshape(-1),
+            "poff": poff,
+            "last": last,
+            "fresh": fresh,
+        }
 
     def fixed_attend(self, layer: int, placed: dict[str, Any]) -> StoredAttend:
         """store_attend of `layer` for a step placed by `fixed_rows` (its arrays on the
@@ -180,7 +188,12 @@ class CupyKV:
         def attend(q: Any) -> Any:
             return self.ops.attend(self.kind, q, kc, vc, ke, ve, meta)
 
-        return StoredAttend(KVTarget((kc, ke), (vc, ve), slots, self.kind), store, attend)
+        target = KVTarget((kc, ke), (vc, ve), slots, self.kind)
+
+        def attend_qkv(qkv: Any, *heads: Any) -> Any | None:
+            return self.ops.attend_qkv(qkv, heads, target, meta, placed["fresh"])
+
+        return StoredAttend(target, store, attend, attend_qkv)
 
     def store_kv(self, layer: int, k: Any, v: Any, slots: Any) -> None:
         """`store` of k and of v [n, Hkv, D] into `slots` of `layer`, in one launch (the

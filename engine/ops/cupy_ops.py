@@ -53,6 +53,7 @@ F32 = cp.float32
 # one module, in this order
 _SOURCES = (
     "cupy_kernels.cu",
+    "cupy_attend_store.cu",
     "cupy_attend.cu",
     "cupy_attend_tile.cu",
     "cupy_moe.cu",
@@ -126,6 +127,7 @@ class CupyOps:
             for kind in KINDS
             for d in ATTEND_HEAD_DIMS
             for split in ("", "_split", "_tile", "_tile_ts", *(f"_split{h}" for h in SPLIT_HEADS))
+            + ("_split_fs", *(f"_split{h}_fs" for h in SPLIT_HEADS))
             if split in ("", "_split") or d <= STAGE_DIMS
         }
         self.shared_limit = cupy_attention.shared_limit()
@@ -329,6 +331,11 @@ class CupyOps:
         return x[cp.asarray(np.asarray(rows, dtype=np.int64))]
 
     # ---- attention ------------------------------------------------------------------
+    def attend_qkv(self, qkv: Any, heads: tuple, target: Any, meta: Any, fresh: Any) -> Any | None:
+        """Attention with the q/k norms, RoPE and K/V write in its launch, or None; see
+        cupy_attention.attend_qkv."""
+        return cupy_attention.attend_qkv(self, qkv, heads, target, meta, fresh)
+
     def attend(self, kind: str, q: Any, kc: Any, vc: Any, ke: Any, ve: Any, meta: Any) -> Any:
         """q [n, Hq, D] over codes [slots, Hkv, D] through meta = (ptab, poff, last,
         page_rows) device arrays; see cupy_attention.attend."""

@@ -32,6 +32,7 @@ _COUNTS = (
     ("WIDE_FROM", "wide_from"),
     ("ATTEND_THREAD_SCORES", "attend_thread_scores"),
     ("ATTEND_EARLY", "attend_early"),
+    ("ATTEND_STORE", "attend_store"),
 )
 
 
@@ -64,6 +65,10 @@ class CupyOptions:
     # kernel before it (cupy_attend.cu, `early`); the same bits. 0: after (the default until
     # it has been run on a GPU)
     attend_early: int = 0
+    # 1: a graph step's split attention launch makes the q/k norms, RoPE and K/V write itself
+    # from the qkv rows (cupy_attention.attend_qkv; one launch fewer a layer, the same bits).
+    # 0: qkv_norm_rope_store, then the attention (the default until it has been run on a GPU)
+    attend_store: int = 0
     # which GEMM runs the linear layers: "mma" (cupy_mma.cu: tensor cores, any row count),
     # "cublas" (at the fixed row tile) or "own" (cupy_gemm.cu: a warp per output, any row
     # count); each another summation, other bits (docs/cupy.md: mma is the fastest measured)
@@ -97,6 +102,8 @@ class CupyOptions:
             raise InputError(
                 f"ENGINE_CUPY_ATTEND_THREAD_SCORES: must be 0 or 1, got {self.attend_thread_scores}"
             )
+        if self.attend_store not in (0, 1):
+            raise InputError(f"ENGINE_CUPY_ATTEND_STORE: must be 0 or 1, got {self.attend_store}")
         if self.attend_early not in (0, 1):
             raise InputError(f"ENGINE_CUPY_ATTEND_EARLY: must be 0 or 1, got {self.attend_early}")
         if self.silu_epilogue not in (0, 1):
@@ -112,10 +119,10 @@ class CupyOptions:
         ENGINE_CUPY_GRAPHS (1 or 0, default 1), ENGINE_CUPY_PDL (1 or 0, default 1),
         ENGINE_CUPY_ATTEND_SPLIT, ENGINE_CUPY_ATTEND_SPLIT_HEADS, ENGINE_CUPY_ATTEND_HEADS_FROM,
         ENGINE_CUPY_ATTEND_TILE and ENGINE_CUPY_GRAPH_ROWS (integers >= 0, default 512, 4,
-        128, 64 and 64), ENGINE_CUPY_SILU_EPILOGUE, ENGINE_CUPY_ATTEND_THREAD_SCORES and
-        ENGINE_CUPY_ATTEND_EARLY (0 or 1, default 1, 0 and 0), ENGINE_CUPY_WIDE_FROM (rows,
-        default 0: never), ENGINE_CUPY_GEMM (mma, cublas or own, default mma); a bad value is
-        one InputError naming the variable."""
+        128, 64 and 64), ENGINE_CUPY_SILU_EPILOGUE, ENGINE_CUPY_ATTEND_THREAD_SCORES,
+        ENGINE_CUPY_ATTEND_EARLY and ENGINE_CUPY_ATTEND_STORE (0 or 1, default 1, 0, 0, 0),
+        ENGINE_CUPY_WIDE_FROM (rows, default 0: never), ENGINE_CUPY_GEMM (mma, cublas or own,
+        default mma); a bad value is one InputError naming the variable."""
         env = os.environ if environ is None else environ
         tile = env.get("ENGINE_CUPY_ROW_TILE", "").strip()
         if tile and (not tile.isdigit() or int(tile) < 1):
