@@ -29,7 +29,7 @@ grep -E "^(FAILED|E  )" $OUT/new-tests.log | head -10
 wait
 # the attention launch that makes the K/V write itself (ENGINE_CUPY_ATTEND_STORE=1): graph ==
 # eager first; it joins the speed sides and the gates only if that holds
-ENGINE_CUPY_ATTEND_STORE=1 timeout 150 python3 -m pytest -q -x -p no:cacheprovider "tests/engine/test_cupy_backend.py::test_graph_decode_equals_eager" tests/engine/test_cupy_drafter_graph.py > $OUT/store-tests.log 2>&1
+ENGINE_CUPY_ATTEND_STORE=1 timeout 150 python3 -m pytest -q -x -p no:cacheprovider "tests/engine/test_cupy_backend.py::test_graph_decode_equals_eager" tests/engine/test_cupy_drafter_graph.py "tests/engine/test_cupy_fusions.py::test_attention_that_stores_equals_store_then_attend" > $OUT/store-tests.log 2>&1
 store=$?; lap "store tests rc=$store: $(tail -1 $OUT/store-tests.log)"
 grep -E "^(FAILED|E  )" $OUT/store-tests.log | head -6
 STORE=""; SIDES="new old"; [ $store = 0 ] && STORE="ENGINE_CUPY_ATTEND_STORE=1" && SIDES="new old store"

@@ -130,3 +130,86 @@ def test_embed_norm_concat_equals_its_ops(ops) -> None:  # type: ignore[no-untyp
         plain = cp.concatenate([e, ops.rms_norm(hidden, wh, 1e-6)], axis=1)
         assert fused.tobytes() == plain.tobytes(), (h, n)
         assert via_twin.tobytes() == ops.linear(plain.copy(), lin).tobytes(), (h, n)
+
+
+def _fill_codes(kv, rng) -> None:  # type: ignore[no-untyped-def]
+    """Every slot of every layer: codes of random values (fp8: no NaN codes) and exponents."""
+    import cupy as cp
+
+    for codes in (*kv.k, *kv.v):
+        shape = codes.shape
+        if kv.kind == "f32":
+            codes[...] = cp.asarray(rng.standard_normal(shape).astype(np.float32))
+        elif kv.kind == "bf16":
+            codes[...] = cp.asarray(_bf16_bits(rng.standard_normal(shape).astype(np.float32)))
+        else:
+            mag = rng.integers(0, 0x78, shape) | (rng.integers(0, 2, shape) << 7)
+            codes[...] = cp.asarray(mag.astype(np.uint8))
+    for exps in (*(kv.k_exp or []), *(kv.v_exp or [])):
+        exps[...] = cp.asarray(rng.integers(-3, 4, exps.shape).astype(np.int8))
+
+
+@pytest.mark.parametrize("early", [0, 1])
+@pytest.mark.parametrize("heads", [1, 2, 4])
+@pytest.mark.parametrize("kind", ["f32", "bf16", "fp8"])
+def test_attention_that_stores_equals_store_then_attend(
+    ops, monkeypatch, kind, heads, early
+) -> None:  # type: ignore[no-untyped-def]
+    """The split launch that makes the q/k norms, RoPE and K/V write itself (attend_qkv) ==
+    qkv_norm_rope_store, then the split attention: the live rows' outputs and bf16 twins and
+    every stored byte outside the scratch page, at head dims 64 and 128, for a decode row, a
+    verify run of 5 rows across a chunk boundary (rows that see keys their step made in
+    other rows), a stream's first 3 rows and 3 padding rows; twice over the same counters."""
+    import cupy as cp
+
+    from engine.ops.base import KVSegment
+
+    rng = np.random.default_rng(29)
+    hq, hkv, pages, page_rows, eps = 8, 2, 40, 16, 1e-6
+    order = [int(p) for p in rng.permutation(pages)]
+    segs = [
+        KVSegment(0, order[:9], 130, 1),
+        KVSegment(1, order[9:18], 126, 5),
+        KVSegment(2, order[18:19], 0, 3),
+    ]
+    rows, live = 12, 9
+    for d in (64, 128):
+        base = dataclasses.replace(
+            ops.options, attend_split_heads=heads, attend_heads_from=1, attend_early=early
+        )
+        kvs = [ops.new_kv(2, pages, page_rows, hkv, d, kind, 3, 20 * page_rows) for _ in "ab"]
+        for kv in kvs:
+            _fill_codes(kv, np.random.default_rng(31))
+        qkv = ops.asarray(3 * rng.standard_normal((rows, (hq + 2 * hkv) * d)).astype(np.float32))
+        qw, kw = (ops.asarray(rng.standard_normal(d).astype(np.float32)) for _ in "qk")
+        cos, sin = (
+            ops.asarray(rng.standard_normal((rows, d // 2)).astype(np.float32)) for _ in "cs"
+        )
+        heads_in = (hq, hkv, qw, kw, eps, cos, sin)
+        got = []
+        for kv, store in zip(kvs, (0, 1), strict=True):
+            monkeypatch.setattr(ops, "options", dataclasses.replace(base, attend_store=store))
+            placed = kv.fixed_rows(segs, rows)
+            dev = {name: cp.asarray(a) for name, a in placed.items()}
+            for _ in range(2):
+                sa = kv.fixed_attend(1, dev)
+                if store:
+                    out = sa.attend_qkv(qkv, *heads_in)
+                    assert out is not None, "no fused launch"
+                else:
+                    out = sa.attend(ops.qk_norm_rope_store(qkv, *heads_in, sa.target))
+                twin = ops._bf16[1].reshape(rows, -1)
+                got.append((out[:live].tobytes(), twin[:live].tobytes()))
+                assert not bool(ops.split_counters(1).any())
+        assert got[2] == got[0] and got[3] == got[1], (d, "output")
+        kept = pages * page_rows  # the scratch page's slots are the padding rows'
+        for layer in (0, 1):
+            a, b = (_codes_of(kv, layer, kept) for kv in kvs)
+            assert a == b, (d, layer, "stored bytes")
+
+
+def _codes_of(kv, layer: int, slots: int) -> list[bytes]:  # type: ignore[no-untyped-def]
+    arrays = [kv.k[layer][:slots], kv.v[layer][:slots]]
+    if kv.k_exp is not None:
+        arrays += [kv.k_exp[layer][:slots], kv.v_exp[layer][:slots]]
+    return [a.tobytes() for a in arrays]
