@@ -61,35 +61,9 @@ __device__ __forceinline__ float load_code(const void* codes, long long i, float
     return ldexpf(e4m3_to_f32(((const unsigned char*)codes)[i]), (int)scale_exp);
 }
 
-// fixed-shape tree over blockDim.x (a power of two) values in red[]; every thread gets red[0]
-__device__ __forceinline__ float tree_sum(float* red, float v) {
-    int t = threadIdx.x;
-    red[t] = v;
-    __syncthreads();
-    for (int s = blockDim.x >> 1; s > 0; s >>= 1) {
-        if (t < s) red[t] = red[t] + red[t + s];
-        __syncthreads();
-    }
-    float out = red[0];
-    __syncthreads();
-    return out;
-}
-
-__device__ __forceinline__ float tree_max(float* red, float v) {
-    int t = threadIdx.x;
-    red[t] = v;
-    __syncthreads();
-    for (int s = blockDim.x >> 1; s > 0; s >>= 1) {
-        if (t < s) red[t] = fmaxf(red[t], red[t + s]);
-        __syncthreads();
-    }
-    float out = red[0];
-    __syncthreads();
-    return out;
-}
-
-// Trees over one group's D values (D a power of two; t the thread's index in its group). Every
-// thread of the block calls them the same number of times: their barriers are block-wide.
+// Trees over one group's D values in red[] (D a power of two; t the thread's index in its
+// group); every thread gets red[0]. Every thread of the block calls them the same number of
+// times: their barriers are block-wide.
 __device__ __forceinline__ float group_max(float* red, int t, int D, float v) {
     red[t] = v;
     __syncthreads();
@@ -112,6 +86,15 @@ __device__ __forceinline__ float group_sum(float* red, int t, int D, float v) {
     float out = red[0];
     __syncthreads();
     return out;
+}
+
+// the same trees over the whole block (blockDim.x values)
+__device__ __forceinline__ float tree_sum(float* red, float v) {
+    return group_sum(red, threadIdx.x, blockDim.x, v);
+}
+
+__device__ __forceinline__ float tree_max(float* red, float v) {
+    return group_max(red, threadIdx.x, blockDim.x, v);
 }
 
 extern "C" {
