@@ -4,10 +4,13 @@
 # head's checkout:
 #   bench/cupy_prompt_round.sh [BASE_REF] [HEAD_REF]      (defaults: e8fbb48, main)
 # 1. their tests; 2. bench/cupy_wide.py (both GEMM kernels' GPU time); 3. bench/cupy_speed.py
-# with all three on (ENGINE_CUPY_WIDE_FROM=128 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 for prompt
-# steps, ENGINE_CUPY_ATTEND_EARLY=1 for decode steps) and off, alternated twice; 4. gpu.yaml
-# BASE..HEAD with every GEMM wide, every tile launch thread-scored, early copies, on the head (flags unset == main: their bits against the base's), beside
-# the cupy suite (ROUND_SPEED_TURNS: alternations of step 3, default 1). Wheels in .whl (gitpython for the gates) are installed first where present;
+# with all on (ENGINE_CUPY_WIDE_FROM=128 ENGINE_CUPY_ATTEND_THREAD_SCORES=1, the defaults since
+# 2026-12-07, for prompt steps; ENGINE_CUPY_ATTEND_EARLY=1 for decode steps; the store where
+# its tests pass) and all off, alternated (ROUND_SPEED_TURNS, default 1); 4. gpu.yaml
+# BASE..HEAD with every GEMM wide, thread-scored tiles, early copies (and the store) on the
+# head, the tile threshold left at its default so that decode and verify launches are split
+# (flags unset == main: their bits against the base's), beside the cupy suite. Wheels in .whl
+# (gitpython for the gates) are installed first where present;
 # the gates run in a clone of .carry/repo.bundle (or of this checkout). Logs under $OUT.
 set -u
 BASE=${1:-e8fbb48}
@@ -45,7 +48,7 @@ for l in open(sys.argv[1]):
 " $1; }
 for i in $(seq 1 "${ROUND_SPEED_TURNS:-1}"); do
   for side in $SIDES; do
-    e="ENGINE_ROUND_SIDE=old"; [ $side = new ] && e="ENGINE_CUPY_WIDE_FROM=128 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 ENGINE_CUPY_ATTEND_EARLY=1"
+    e="ENGINE_CUPY_WIDE_FROM=0 ENGINE_CUPY_ATTEND_THREAD_SCORES=0"; [ $side = new ] && e="ENGINE_CUPY_WIDE_FROM=128 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 ENGINE_CUPY_ATTEND_EARLY=1"
     [ $side = store ] && e="ENGINE_CUPY_WIDE_FROM=128 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 ENGINE_CUPY_ATTEND_EARLY=1 $STORE"
     env $e timeout 45 python3 bench/cupy_speed.py --streams 1 8 > $OUT/speed-$side-$i.log 2>&1
     lap "speed $side #$i: $(summ $OUT/speed-$side-$i.log)"
@@ -55,7 +58,7 @@ done
 left=$(( ${ROUND_BUDGET:-590} - ($(date +%s) - t0) - 20 ))
 [ "$left" -gt 250 ] && left=250
 lap "gates and suite: ${left} s"
-(cd /tmp/repo && env ENGINE_CUPY_WIDE_FROM=1 ENGINE_CUPY_ATTEND_TILE=1 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 ENGINE_CUPY_ATTEND_EARLY=1 $STORE timeout "$left" python3 -m gates run --matrix matrices/gpu.yaml --base "$BASE" --head "$HEADREF" --jobs 6 --no-lean --no-speed > $OUT/gates.log 2>&1; echo "gates rc=$?" >> $OUT/gates.log) &
+(cd /tmp/repo && env ENGINE_CUPY_WIDE_FROM=1 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 ENGINE_CUPY_ATTEND_EARLY=1 $STORE timeout "$left" python3 -m gates run --matrix matrices/gpu.yaml --base "$BASE" --head "$HEADREF" --jobs 6 --no-lean --no-speed > $OUT/gates.log 2>&1; echo "gates rc=$?" >> $OUT/gates.log) &
 g=$!
 timeout "$((left - 10))" python3 -m pytest -q -p no:cacheprovider tests/engine tests/conformance -k "cupy or gemm or launch or graph or fusions or tile or epilogue or wide" > $OUT/tests.log 2>&1
 lap "suite rc=$?: $(tail -1 $OUT/tests.log)"

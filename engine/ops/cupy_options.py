@@ -59,15 +59,18 @@ class CupyOptions:
     # rows and KV head, each chunk of keys staged once for all its pairs; the same bits. 0: never
     attend_tile: int = 64
     # 1: the tile kernel scores a key a thread (attend_<kind>_<D>_tile_ts), with the warp's
-    # arithmetic; the same bits. 0: a key a warp (the default until it has been run on a GPU)
-    attend_thread_scores: int = 0
+    # arithmetic; the same bits. 0: a key a warp. H100, 512-token prompt: with wide_from
+    # 128, 30.7-31.8k tok/s against 25.7-26.3k (docs/cupy.md)
+    attend_thread_scores: int = 1
     # 1: a split launch copies the keys its step did not write before it waits for the
-    # kernel before it (cupy_attend.cu, `early`); the same bits. 0: after (the default until
-    # it has been run on a GPU)
+    # kernel before it (cupy_attend.cu, `early`); the same bits. 0: after. H100: decode step
+    # replay 1.26 ms against 1.29 at 1 stream, 1.76 against 1.78 at 8; off until gpu.yaml
+    # has run with it (its tests passed; the one gates run took the tile form everywhere)
     attend_early: int = 0
     # 1: a graph step's split attention launch makes the q/k norms, RoPE and K/V write itself
     # from the qkv rows (cupy_attention.attend_qkv; one launch fewer a layer, the same bits).
-    # 0: qkv_norm_rope_store, then the attention (the default until it has been run on a GPU)
+    # 0: qkv_norm_rope_store, then the attention. Measured slower (H100: 1.46 ms a step
+    # against 1.27 at 1 stream): off
     attend_store: int = 0
     # which GEMM runs the linear layers: "mma" (cupy_mma.cu: tensor cores, any row count),
     # "cublas" (at the fixed row tile) or "own" (cupy_gemm.cu: a warp per output, any row
@@ -81,9 +84,8 @@ class CupyOptions:
     # (cupy_fused_linear.py; the same bits). 1: on, 0: off
     silu_epilogue: int = 1
     # with mma, GEMMs of at least this many rows (a prompt step) run the wide kernel
-    # (cupy_mma_wide.cu: tiles staged in shared memory); the same bits. 0: never (the
-    # default until it has been run on a GPU: docs/cupy.md)
-    wide_from: int = 0
+    # (cupy_mma_wide.cu: tiles staged in shared memory); the same bits. 0: never
+    wide_from: int = 128
 
     def __post_init__(self) -> None:
         if self.row_tile < 0:
@@ -120,8 +122,8 @@ class CupyOptions:
         ENGINE_CUPY_ATTEND_SPLIT, ENGINE_CUPY_ATTEND_SPLIT_HEADS, ENGINE_CUPY_ATTEND_HEADS_FROM,
         ENGINE_CUPY_ATTEND_TILE and ENGINE_CUPY_GRAPH_ROWS (integers >= 0, default 512, 4,
         128, 64 and 64), ENGINE_CUPY_SILU_EPILOGUE, ENGINE_CUPY_ATTEND_THREAD_SCORES,
-        ENGINE_CUPY_ATTEND_EARLY and ENGINE_CUPY_ATTEND_STORE (0 or 1, default 1, 0, 0, 0),
-        ENGINE_CUPY_WIDE_FROM (rows, default 0: never), ENGINE_CUPY_GEMM (mma, cublas or own,
+        ENGINE_CUPY_ATTEND_EARLY and ENGINE_CUPY_ATTEND_STORE (0 or 1, default 1, 1, 0, 0),
+        ENGINE_CUPY_WIDE_FROM (rows, default 128; 0: never), ENGINE_CUPY_GEMM (mma, cublas or own,
         default mma); a bad value is one InputError naming the variable."""
         env = os.environ if environ is None else environ
         tile = env.get("ENGINE_CUPY_ROW_TILE", "").strip()

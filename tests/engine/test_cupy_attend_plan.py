@@ -27,8 +27,8 @@ def test_the_default_forms_on_an_h200() -> None:
 
 def test_thread_scores_take_their_kernel_and_the_padded_staging() -> None:
     hq, hkv, d = QWEN3_06B
-    plain = choose(512, hq, hkv, d, "bf16", CupyOptions(), H200)
-    ts = choose(512, hq, hkv, d, "bf16", CupyOptions(attend_thread_scores=1), H200)
+    plain = choose(512, hq, hkv, d, "bf16", CupyOptions(attend_thread_scores=0), H200)
+    ts = choose(512, hq, hkv, d, "bf16", CupyOptions(), H200)  # the default
     assert (plain.kernel, ts.kernel) == ("_tile", "_tile_ts")
     assert ts.shared - plain.shared == 16 * d  # one 16-byte piece after each key's K codes
     assert ts.rows == plain.rows
@@ -92,7 +92,7 @@ def test_split_blocks_take_the_q_heads_of_one_kv_head() -> None:
     assert choose(8, 32, 8, d, "bf16", two, H200).heads == 2
     always = CupyOptions(attend_heads_from=0)
     assert choose(1, hq, hkv, d, "bf16", always, H200).heads == 2
-    assert choose(512, hq, hkv, d, "bf16", opts, H200).kernel == "_tile"
+    assert choose(512, hq, hkv, d, "bf16", opts, H200).kernel == "_tile_ts"
     assert choose(63, hq, hkv, d, "bf16", opts, H200).kernel == ""
 
 

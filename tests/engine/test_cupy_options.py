@@ -34,11 +34,11 @@ def test_defaults_and_values_from_the_environment() -> None:
     assert CupyOptions.from_environ({"ENGINE_CUPY_PDL": "0"}).pdl is False
     assert CupyOptions.from_environ({}).silu_epilogue == 1
     assert CupyOptions.from_environ({"ENGINE_CUPY_SILU_EPILOGUE": "0"}).silu_epilogue == 0
-    assert CupyOptions.from_environ({}).wide_from == 0
+    assert CupyOptions.from_environ({}).wide_from == 128
     assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_FROM": "128"}).wide_from == 128
-    assert CupyOptions.from_environ({}).attend_thread_scores == 0
-    got = CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_THREAD_SCORES": "1"})
-    assert got.attend_thread_scores == 1
+    assert CupyOptions.from_environ({}).attend_thread_scores == 1
+    got = CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_THREAD_SCORES": "0"})
+    assert got.attend_thread_scores == 0
     assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_FROM": "0"}).wide_from == 0
     assert CupyOptions.from_environ({}).attend_early == 0
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_EARLY": "1"}).attend_early == 1
