@@ -356,6 +356,9 @@ extern "C" {
     SPLIT_HEADS(attend_f32, KIND_F32, D, 2) SPLIT_HEADS(attend_f32, KIND_F32, D, 4)     \
     SPLIT_HEADS(attend_bf16, KIND_BF16, D, 2) SPLIT_HEADS(attend_bf16, KIND_BF16, D, 4) \
     SPLIT_HEADS(attend_fp8, KIND_FP8, D, 2) SPLIT_HEADS(attend_fp8, KIND_FP8, D, 4)
+// the FS kernels only in a module of their own (-DENGINE_ATTEND_FS, CupyOps with
+// attend_store): measured slower, they cost every other user no compile time
+#ifndef ENGINE_ATTEND_FS
 ATTEND_KERNELS(32)
 ATTEND_KERNELS(64)
 ATTEND_KERNELS(128)
@@ -363,8 +366,10 @@ ATTEND_KERNELS(256)
 ATTEND_SPLIT_HEADS(32)
 ATTEND_SPLIT_HEADS(64)
 ATTEND_SPLIT_HEADS(128)
+#else
 ATTEND_FS(32)
 ATTEND_FS(64)
 ATTEND_FS(128)
+#endif
 
 }  // extern "C"

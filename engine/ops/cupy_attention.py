@@ -129,8 +129,8 @@ def attend_qkv(ops: Any, qkv: Any, heads: tuple, target: Any, meta: Any, fresh: 
     if qkv.dtype != cp.float32 or qkv.strides[1] != 4 or hq % hkv:
         return None
     form = choose(n, hq, hkv, d, target.kind, ops.options, ops.shared_limit)
-    if form.name != "split":
-        return None
+    if form.name != "split" or (target.kind, d, form.kernel + "_fs") not in ops.attend_k:
+        return None  # another form, or options.attend_store was off when ops was made
     (kc, ke), (vc, ve) = target.k, target.v
     ptab, poff, last, page_rows = meta
     flat = cp.empty((n, hq * d), dtype=cp.float32)

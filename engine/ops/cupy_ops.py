@@ -50,7 +50,9 @@ from engine.ops.cupy_options import CupyOptions
 from engine.ops.grouped_concat import grouped_concat
 
 F32 = cp.float32
-# one module, in this order
+FS_DEFINE = "-DENGINE_ATTEND_FS"
+# one module, in this order; the attention that stores (options.attend_store) compiles the
+# first three again as a module of its own kernels (cupy_attend.cu, ENGINE_ATTEND_FS)
 _SOURCES = (
     "cupy_kernels.cu",
     "cupy_attend_store.cu",
@@ -82,6 +84,11 @@ class CupyWeight:
 BATCH_TILES = 64
 
 
+def code_of(sources: tuple[str, ...]) -> str:
+    """The CUDA source of a module: these files of engine/ops, in order."""
+    return "\n".join((Path(__file__).parent / f).read_text() for f in sources)
+
+
 def _blocks(total: int, threads: int = 256) -> tuple[int, ...]:
     return (max(1, -(-total // threads)),)
 
@@ -110,8 +117,7 @@ class CupyOps:
         self.probe = probe
         self._bf16: tuple[Any, Any] | None = None  # (y, its bf16 bits): see _bf16_out
         self.key_block = 0  # attention chunks are head_dim keys long (see the kernel)
-        code = "\n".join((Path(__file__).parent / f).read_text() for f in _SOURCES)
-        self.module = cp.RawModule(code=code, options=("-std=c++17",))
+        self.module = cp.RawModule(code=code_of(_SOURCES), options=("-std=c++17",))
         self.k = {
             n: self.module.get_function(n)
             for n in (
@@ -127,9 +133,17 @@ class CupyOps:
             for kind in KINDS
             for d in ATTEND_HEAD_DIMS
             for split in ("", "_split", "_tile", "_tile_ts", *(f"_split{h}" for h in SPLIT_HEADS))
-            + ("_split_fs", *(f"_split{h}_fs" for h in SPLIT_HEADS))
             if split in ("", "_split") or d <= STAGE_DIMS
         }
+        if self.options.attend_store:
+            fs = cp.RawModule(code=code_of(_SOURCES[:3]), options=("-std=c++17", FS_DEFINE))
+            self.attend_k |= {
+                (kind, d, f"{split}_fs"): fs.get_function(f"attend_{kind}_{d}{split}_fs")
+                for kind in KINDS
+                for d in ATTEND_HEAD_DIMS
+                for split in ("_split", *(f"_split{h}" for h in SPLIT_HEADS))
+                if d <= STAGE_DIMS
+            }
         self.shared_limit = cupy_attention.shared_limit()
         cupy_attention.allow_shared(self.attend_k, self.shared_limit)
         self.pdl_kernels = pdl_kernels(self.k, self.attend_k)

@@ -70,7 +70,7 @@ class CupyOptions:
     # 1: a graph step's split attention launch makes the q/k norms, RoPE and K/V write itself
     # from the qkv rows (cupy_attention.attend_qkv; one launch fewer a layer, the same bits).
     # 0: qkv_norm_rope_store, then the attention. Measured slower (H100: 1.46 ms a step
-    # against 1.27 at 1 stream): off
+    # against 1.27 at 1 stream): off, and its kernels compiled only where it is on (CupyOps)
     attend_store: int = 0
     # which GEMM runs the linear layers: "mma" (cupy_mma.cu: tensor cores, any row count),
     # "cublas" (at the fixed row tile) or "own" (cupy_gemm.cu: a warp per output, any row

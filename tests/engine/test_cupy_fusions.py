@@ -21,6 +21,16 @@ def ops():  # type: ignore[no-untyped-def]
     return CupyOps()
 
 
+@pytest.fixture(scope="module")
+def ops_fs():  # type: ignore[no-untyped-def]
+    """A backend made with the attention that stores (its kernels are a module of their own,
+    compiled only when asked for)."""
+    from engine.ops.cupy_ops import CupyOps
+    from engine.ops.cupy_options import CupyOptions
+
+    return CupyOps(CupyOptions(attend_store=1))
+
+
 def _codes(kv, layer: int) -> list[bytes]:  # type: ignore[no-untyped-def]
     arrays = [kv.k[layer], kv.v[layer]]
     if kv.k_exp is not None:
@@ -153,7 +163,7 @@ def _fill_codes(kv, rng) -> None:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("heads", [1, 2, 4])
 @pytest.mark.parametrize("kind", ["f32", "bf16", "fp8"])
 def test_attention_that_stores_equals_store_then_attend(
-    ops, monkeypatch, kind, heads, early
+    ops_fs, monkeypatch, kind, heads, early
 ) -> None:  # type: ignore[no-untyped-def]
     """The split launch that makes the q/k norms, RoPE and K/V write itself (attend_qkv) ==
     qkv_norm_rope_store, then the split attention: the live rows' outputs and bf16 twins and
@@ -175,20 +185,20 @@ def test_attention_that_stores_equals_store_then_attend(
     rows, live = 12, 9
     for d in (64, 128):
         base = dataclasses.replace(
-            ops.options, attend_split_heads=heads, attend_heads_from=1, attend_early=early
+            ops_fs.options, attend_split_heads=heads, attend_heads_from=1, attend_early=early
         )
-        kvs = [ops.new_kv(2, pages, page_rows, hkv, d, kind, 3, 20 * page_rows) for _ in "ab"]
+        kvs = [ops_fs.new_kv(2, pages, page_rows, hkv, d, kind, 3, 20 * page_rows) for _ in "ab"]
         for kv in kvs:
             _fill_codes(kv, np.random.default_rng(31))
-        qkv = ops.asarray(3 * rng.standard_normal((rows, (hq + 2 * hkv) * d)).astype(np.float32))
-        qw, kw = (ops.asarray(rng.standard_normal(d).astype(np.float32)) for _ in "qk")
+        qkv = ops_fs.asarray(3 * rng.standard_normal((rows, (hq + 2 * hkv) * d)).astype(np.float32))
+        qw, kw = (ops_fs.asarray(rng.standard_normal(d).astype(np.float32)) for _ in "qk")
         cos, sin = (
-            ops.asarray(rng.standard_normal((rows, d // 2)).astype(np.float32)) for _ in "cs"
+            ops_fs.asarray(rng.standard_normal((rows, d // 2)).astype(np.float32)) for _ in "cs"
         )
         heads_in = (hq, hkv, qw, kw, eps, cos, sin)
         got = []
         for kv, store in zip(kvs, (0, 1), strict=True):
-            monkeypatch.setattr(ops, "options", dataclasses.replace(base, attend_store=store))
+            monkeypatch.setattr(ops_fs, "options", dataclasses.replace(base, attend_store=store))
             placed = kv.fixed_rows(segs, rows)
             dev = {name: cp.asarray(a) for name, a in placed.items()}
             for _ in range(2):
@@ -197,10 +207,10 @@ def test_attention_that_stores_equals_store_then_attend(
                     out = sa.attend_qkv(qkv, *heads_in)
                     assert out is not None, "no fused launch"
                 else:
-                    out = sa.attend(ops.qk_norm_rope_store(qkv, *heads_in, sa.target))
-                twin = ops._bf16[1].reshape(rows, -1)
+                    out = sa.attend(ops_fs.qk_norm_rope_store(qkv, *heads_in, sa.target))
+                twin = ops_fs._bf16[1].reshape(rows, -1)
                 got.append((out[:live].tobytes(), twin[:live].tobytes()))
-                assert not bool(ops.split_counters(1).any())
+                assert not bool(ops_fs.split_counters(1).any())
         assert got[2] == got[0] and got[3] == got[1], (d, "output")
         kept = pages * page_rows  # the scratch page's slots are the padding rows'
         for layer in (0, 1):
