@@ -49,10 +49,16 @@ def sources(ops_dir: Path) -> str:
     sys.exit(f"bench/ptx_float_ops.py: no _SOURCES in {ops_dir / 'cupy_ops.py'}")
 
 
-def ptx(lib: ctypes.CDLL, code: str) -> str:
+# kernels CupyOps compiles as modules of their own, only where an option asks: the macro each
+# module defines (the module's kernels are the ones it adds)
+OPTIONAL_MODULES = ("ENGINE_ATTEND_FS",)
+
+
+def ptx(lib: ctypes.CDLL, code: str, define: str = "") -> str:
     prog = ctypes.c_void_p()
     lib.nvrtcCreateProgram(ctypes.byref(prog), code.encode(), b"module.cu", 0, None, None)
     opts = [b"-std=c++17", b"--gpu-architecture=compute_90"]
+    opts += [f"-D{define}".encode()] if define else []
     rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
     if rc:
         size = ctypes.c_size_t()
@@ -103,6 +109,18 @@ def float_ops(body: str) -> list[str]:
     return ops
 
 
+def all_kernels(lib: ctypes.CDLL, ops_dir: Path) -> dict[str, str]:
+    """Every kernel of the tree's modules: the main one, then those an option compiles (the
+    same sources with its macro defined; only the kernels the main module lacks)."""
+    code = sources(ops_dir)
+    out = kernels(ptx(lib, code))
+    for define in OPTIONAL_MODULES:
+        if define in code:
+            extra = kernels(ptx(lib, code, define))
+            out |= {name: body for name, body in extra.items() if name not in out}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="main", help="a commit (its engine/ops)")
@@ -121,7 +139,7 @@ def main() -> None:
                             str(dest), ref], check=True)  # fmt: skip
             trees[side] = dest / "engine/ops"
         try:
-            base, head = (kernels(ptx(lib, sources(trees[s]))) for s in ("base", "head"))
+            base, head = (all_kernels(lib, trees[s]) for s in ("base", "head"))
         finally:
             for side in ("base", "head"):
                 if Path(tmp, side).exists():
