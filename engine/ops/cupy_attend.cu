@@ -20,7 +20,7 @@ __device__ __forceinline__ void attend_finish(const float* ms, const float* ls, 
     if (outb) outb[at + t] = f32_to_bf16(o);  // the o GEMM's input
 }
 
-// 16 bytes global -> shared without registers (cp.async, sm_80+), then wait for all of them.
+// 16 bytes global -> shared without registers (cp.async, sm_80+); copies_done waits for them.
 __device__ __forceinline__ void copy16_async(void* smem, const void* gmem) {
     const unsigned dst = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
@@ -149,7 +149,8 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
     if (!(STAGE && early)) PDL_ENTRY();
     const int* pages = ptab + poff[r];  // the step's inputs: no kernel writes them
     const int last = last_pos[r];
-    // keys fresh .. last are this step's: made here (FS) or written by the kernel before
+    // keys before `fresh` are older than this step: with FS exactly (keys fresh .. last are
+    // made here), else a bound (the step's n rows write at most a row's top n positions)
     const int fresh = FS ? hs.fresh[r] : max(0, last - (int)gridDim.x + 1);
     int sent = 0;  // keys of the first chunk whose copies went before the wait
     if (STAGE && early) {  // the same for the whole block
@@ -176,7 +177,10 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         const int c0 = (it * ATT_NG + g) * D;
         const bool live = c0 <= last;  // the same for the whole group
         const int j = c0 + t;
-        if (live && j <= last) chunk_key<KIND>(pages, j, page_rows, hkv, kvh, ke, ve, t, rows, kex, vex);
+        // FS: keys from fresh on are made below (their exponents too), never read: another
+        // block may be writing them
+        if (live && j <= last && (!FS || j < fresh))
+            chunk_key<KIND>(pages, j, page_rows, hkv, kvh, ke, ve, t, rows, kex, vex);
         __syncthreads();
         if (STAGE && live) {  // the same for the whole block: its barrier is block-wide
             const int cn = min(D, last - c0 + 1);

@@ -185,10 +185,8 @@ __global__ void rope(const float* x, const float* cos_t, const float* sin_t, flo
     y[base + half + j] = x2 * c + x1 * s;
 }
 
-// One head of D floats (x: this thread's element) RMS-normed with weight w, then roped at the
-// row's cos/sin: rms_norm's arithmetic at cols = D (a power of two <= 256: one element a
-// thread, the same tree) and rope's rotation. red: 2 D shared floats. Block-wide barriers.
-// One head's value x of thread t (of D) RMS-normed with w, then roped at `row` of cos/sin;
+// One head's value x of thread t (of D) RMS-normed with w, then roped at `row` of cos/sin
+// (rms_norm's arithmetic at cols = D, a power of two <= 256, and rope's rotation);
 // `sum` is the D threads' fixed tree (tree_sum over a block of D, or a slot's of a wider
 // block), nrm D floats of scratch. Every caller's float operations are these.
 extern "C++" {  // templates: C++ linkage inside this extern "C" block

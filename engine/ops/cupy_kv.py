@@ -150,7 +150,11 @@ class CupyKV:
         says what is wrong)."""
         pr, lp = self.page_rows, self.lane_pages
         slots = np.full(rows, self.scratch * pr, dtype=np.int64)
-        fresh = np.zeros(rows, dtype=np.int32)  # a row's first position this step writes
+        # a row's first position this step writes. The split attention's early copies
+        # (cupy_attend.cu) rely on what this lays out: a segment's rows adjacent, at
+        # consecutive positions from its start, so a row's keys this step writes are its
+        # view's top (at most `rows`) positions
+        fresh = np.zeros(rows, dtype=np.int32)
         ptab = np.full((rows, lp), self.scratch, dtype=np.int32)
         last = np.zeros(rows, dtype=np.int32)
         i = 0

@@ -50,9 +50,11 @@ from engine.ops.cupy_options import CupyOptions
 from engine.ops.grouped_concat import grouped_concat
 
 F32 = cp.float32
+# the attention that stores (options.attend_store): a module of its own kernels, compiled only
+# where the option is on (cupy_attend.cu's instantiations under ENGINE_ATTEND_FS)
+_FS_SOURCES = ("cupy_kernels.cu", "cupy_attend_store.cu", "cupy_attend.cu")
 FS_DEFINE = "-DENGINE_ATTEND_FS"
-# one module, in this order; the attention that stores (options.attend_store) compiles the
-# first three again as a module of its own kernels (cupy_attend.cu, ENGINE_ATTEND_FS)
+# one module, in this order
 _SOURCES = (
     "cupy_kernels.cu",
     "cupy_attend_store.cu",
@@ -136,7 +138,7 @@ class CupyOps:
             if split in ("", "_split") or d <= STAGE_DIMS
         }
         if self.options.attend_store:
-            fs = cp.RawModule(code=code_of(_SOURCES[:3]), options=("-std=c++17", FS_DEFINE))
+            fs = cp.RawModule(code=code_of(_FS_SOURCES), options=("-std=c++17", FS_DEFINE))
             self.attend_k |= {
                 (kind, d, f"{split}_fs"): fs.get_function(f"attend_{kind}_{d}{split}_fs")
                 for kind in KINDS
