@@ -40,13 +40,16 @@ def nvrtc() -> ctypes.CDLL:
 
 
 def sources(ops_dir: Path) -> str:
-    """The module's source as CupyOps builds it: its _SOURCES in order, concatenated."""
-    tree = ast.parse((ops_dir / "cupy_ops.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "_SOURCES":
-            names = ast.literal_eval(node.value)
-            return "\n".join((ops_dir / n).read_text() for n in names)
-    sys.exit(f"bench/ptx_float_ops.py: no _SOURCES in {ops_dir / 'cupy_ops.py'}")
+    """The module's source as CupyOps builds it: its _SOURCES in order, concatenated (in
+    cupy_modules.py, or cupy_ops.py in trees before it)."""
+    for holder in ("cupy_modules.py", "cupy_ops.py"):
+        if not (ops_dir / holder).exists():
+            continue
+        for node in ast.parse((ops_dir / holder).read_text()).body:
+            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "_SOURCES":
+                names = ast.literal_eval(node.value)
+                return "\n".join((ops_dir / n).read_text() for n in names)
+    sys.exit(f"bench/ptx_float_ops.py: no _SOURCES in {ops_dir}/cupy_modules.py or cupy_ops.py")
 
 
 # kernels CupyOps compiles as modules of their own, only where an option asks: the macro each

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import cupy as cp
@@ -34,37 +33,22 @@ from engine.ops import (
     cupy_fused_linear,
     cupy_gemm,
     cupy_heads,
+    cupy_modules,
     cupy_moe,
     cupy_norms,
     cupy_probe,
     cupy_rows,
 )
-from engine.ops.cupy_attend_plan import ATTEND_HEAD_DIMS, SPLIT_HEADS, STAGE_DIMS
 from engine.ops.cupy_blas import Cublas
 from engine.ops.cupy_graph import Body, StepGraph, StepGraphs
 from engine.ops.cupy_info import device_info
-from engine.ops.cupy_kv import KINDS, CupyKV
+from engine.ops.cupy_kv import CupyKV
 from engine.ops.cupy_lanes import CupyLanes
 from engine.ops.cupy_launch import or_null, pdl_body, pdl_kernels
 from engine.ops.cupy_options import CupyOptions
 from engine.ops.grouped_concat import grouped_concat
 
 F32 = cp.float32
-# the attention that stores (options.attend_store): a module of its own kernels, compiled only
-# where the option is on (cupy_attend.cu's instantiations under ENGINE_ATTEND_FS)
-_FS_SOURCES = ("cupy_kernels.cu", "cupy_attend_store.cu", "cupy_attend.cu")
-FS_DEFINE = "-DENGINE_ATTEND_FS"
-# one module, in this order
-_SOURCES = (
-    "cupy_kernels.cu",
-    "cupy_attend_store.cu",
-    "cupy_attend.cu",
-    "cupy_attend_tile.cu",
-    "cupy_moe.cu",
-    "cupy_gemm.cu",
-    "cupy_mma.cu",
-    "cupy_mma_wide.cu",
-)
 
 
 @dataclass
@@ -84,11 +68,6 @@ class CupyWeight:
 
 # the most row tiles one GEMM call takes (a 512-row prompt step at tile 8)
 BATCH_TILES = 64
-
-
-def code_of(sources: tuple[str, ...]) -> str:
-    """The CUDA source of a module: these files of engine/ops, in order."""
-    return "\n".join((Path(__file__).parent / f).read_text() for f in sources)
 
 
 def _blocks(total: int, threads: int = 256) -> tuple[int, ...]:
@@ -119,7 +98,7 @@ class CupyOps:
         self.probe = probe
         self._bf16: tuple[Any, Any] | None = None  # (y, its bf16 bits): see _bf16_out
         self.key_block = 0  # attention chunks are head_dim keys long (see the kernel)
-        self.module = cp.RawModule(code=code_of(_SOURCES), options=("-std=c++17",))
+        self.module = cupy_modules.main_module()
         self.k = {
             n: self.module.get_function(n)
             for n in (
@@ -130,22 +109,7 @@ class CupyOps:
                 *cupy_gemm.WIDE_KERNELS,
             )
         }  # fmt: skip
-        self.attend_k = {
-            (kind, d, split): self.module.get_function(f"attend_{kind}_{d}{split}")
-            for kind in KINDS
-            for d in ATTEND_HEAD_DIMS
-            for split in ("", "_split", "_tile", "_tile_ts", *(f"_split{h}" for h in SPLIT_HEADS))
-            if split in ("", "_split") or d <= STAGE_DIMS
-        }
-        if self.options.attend_store:
-            fs = cp.RawModule(code=code_of(_FS_SOURCES), options=("-std=c++17", FS_DEFINE))
-            self.attend_k |= {
-                (kind, d, f"{split}_fs"): fs.get_function(f"attend_{kind}_{d}{split}_fs")
-                for kind in KINDS
-                for d in ATTEND_HEAD_DIMS
-                for split in ("_split", *(f"_split{h}" for h in SPLIT_HEADS))
-                if d <= STAGE_DIMS
-            }
+        self.attend_k = cupy_modules.attend_kernels(self.module, bool(self.options.attend_store))
         self.shared_limit = cupy_attention.shared_limit()
         cupy_attention.allow_shared(self.attend_k, self.shared_limit)
         self.pdl_kernels = pdl_kernels(self.k, self.attend_k)

@@ -1,0 +1,65 @@
+"""The cupy backend's NVRTC modules: which sources each compiles, and the attention kernels'
+table (CupyOps.attend_k, keyed by (code kind, head dim, form suffix)).
+
+The main module holds every kernel that may run by default. The attention that stores
+(options.attend_store, measured slower) is a module of its own, compiled only where the option
+is on, so no other user pays its compile time (cupy_attend.cu's instantiations under
+ENGINE_ATTEND_FS).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import cupy as cp
+
+from engine.ops.cupy_attend_plan import ATTEND_HEAD_DIMS, SPLIT_HEADS, STAGE_DIMS
+from engine.ops.cupy_kv import KINDS
+
+# one module, in this order
+_SOURCES = (
+    "cupy_kernels.cu",
+    "cupy_attend_store.cu",
+    "cupy_attend.cu",
+    "cupy_attend_tile.cu",
+    "cupy_moe.cu",
+    "cupy_gemm.cu",
+    "cupy_mma.cu",
+    "cupy_mma_wide.cu",
+)
+_FS_SOURCES = ("cupy_kernels.cu", "cupy_attend_store.cu", "cupy_attend.cu")
+FS_DEFINE = "-DENGINE_ATTEND_FS"
+_OPTIONS = ("-std=c++17",)
+_SPLITS = ("_split", *(f"_split{h}" for h in SPLIT_HEADS))
+
+
+def code_of(sources: tuple[str, ...]) -> str:
+    """The CUDA source of a module: these files of engine/ops, in order."""
+    return "\n".join((Path(__file__).parent / f).read_text() for f in sources)
+
+
+def main_module() -> Any:
+    return cp.RawModule(code=code_of(_SOURCES), options=_OPTIONS)
+
+
+def attend_kernels(module: Any, store: bool) -> dict[tuple[str, int, str], Any]:
+    """The attention kernels of `module` by (kind, head dim, suffix); with `store`, the
+    attention that stores too (`<split>_fs`, its module compiled here)."""
+    table = {
+        (kind, d, split): module.get_function(f"attend_{kind}_{d}{split}")
+        for kind in KINDS
+        for d in ATTEND_HEAD_DIMS
+        for split in ("", "_tile", "_tile_ts", *_SPLITS)
+        if split in ("", "_split") or d <= STAGE_DIMS
+    }
+    if store:
+        fs = cp.RawModule(code=code_of(_FS_SOURCES), options=(*_OPTIONS, FS_DEFINE))
+        table |= {
+            (kind, d, f"{split}_fs"): fs.get_function(f"attend_{kind}_{d}{split}_fs")
+            for kind in KINDS
+            for d in ATTEND_HEAD_DIMS
+            for split in _SPLITS
+            if d <= STAGE_DIMS
+        }
+    return table

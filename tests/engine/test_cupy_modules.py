@@ -1,0 +1,69 @@
+"""The cupy backend's module table without a GPU (a stand-in for cupy.RawModule records what
+is compiled and looked up): every attention form the plan can choose has its kernel in the
+table, and the attention that stores comes from a module of its own, built only when asked."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from engine.ops.cupy_attend_plan import ATTEND_HEAD_DIMS, choose
+from engine.ops.cupy_options import CupyOptions
+
+
+class _Module:
+    made: list[_Module] = []
+
+    def __init__(self, code: str, options: tuple[str, ...]) -> None:
+        self.code, self.options, self.names = code, options, []
+        _Module.made.append(self)
+
+    def get_function(self, name: str) -> str:
+        self.names.append(name)
+        return name
+
+
+@pytest.fixture
+def modules(monkeypatch):  # type: ignore[no-untyped-def]
+    fake = types.ModuleType("cupy")
+    fake.RawModule = _Module  # type: ignore[attr-defined]
+    for name in ("uint8", "uint16", "float32"):
+        setattr(fake, name, getattr(np, name))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    for name in ("engine.ops.cupy_kv", "engine.ops.cupy_modules"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    _Module.made = []
+    yield importlib.import_module("engine.ops.cupy_modules")
+    for name in ("engine.ops.cupy_kv", "engine.ops.cupy_modules"):
+        sys.modules.pop(name, None)
+
+
+def test_every_form_the_plan_chooses_has_its_kernel(modules) -> None:  # type: ignore[no-untyped-def]
+    table = modules.attend_kernels(modules.main_module(), store=False)
+    opts = [CupyOptions(), CupyOptions(attend_thread_scores=0), CupyOptions(attend_heads_from=0)]
+    for kind in ("f32", "bf16", "fp8"):
+        for d in ATTEND_HEAD_DIMS:
+            for hq, hkv in ((16, 8), (8, 2), (32, 8), (8, 8)):
+                for n in (1, 8, 63, 64, 512):
+                    for o in opts:
+                        form = choose(n, hq, hkv, d, kind, o, 227 << 10)
+                        assert (kind, d, form.kernel) in table, (kind, d, n, hq, hkv, form)
+    assert not any(k[2].endswith("_fs") for k in table)
+    assert len(_Module.made) == 1  # the store's module is not compiled
+
+
+def test_the_store_is_a_module_of_its_own(modules) -> None:  # type: ignore[no-untyped-def]
+    table = modules.attend_kernels(modules.main_module(), store=True)
+    main, fs = _Module.made
+    assert modules.FS_DEFINE in fs.options and modules.FS_DEFINE not in main.options
+    assert all(name.endswith("_fs") for name in fs.names)
+    assert not any(name.endswith("_fs") for name in main.names)
+    assert "ENGINE_ATTEND_FS" in fs.code  # the guard the define selects
+    for kind in ("f32", "bf16", "fp8"):
+        for d in (32, 64, 128):
+            for split in ("_split", "_split2", "_split4"):
+                assert (kind, d, split + "_fs") in table
