@@ -36,6 +36,15 @@ ENGINE_CUPY_ATTEND_STORE=1 timeout 150 python3 -m pytest -q -x -p no:cacheprovid
 store=$?; lap "store tests rc=$store: $(tail -1 $OUT/store-tests.log)"
 grep -E "^(FAILED|E  )" $OUT/store-tests.log | head -6
 STORE=""; SIDES="new old"; [ $store = 0 ] && STORE="ENGINE_CUPY_ATTEND_STORE=1" && SIDES="new old store"
+# the store's test against a planted bug (ROUND_PLANT=0 skips it): each new key made from the
+# row's own qkv row, so a verify run's rows see wrong earlier keys; only the store's module
+# recompiles (the main module's source is unchanged: CuPy's cache). Must go red.
+if [ "${ROUND_PLANT:-1}" = 1 ]; then
+  rm -rf /tmp/plant && mkdir /tmp/plant && cp -r engine tests conftest.py pyproject.toml /tmp/plant/
+  sed -i 's/const long long rj = r - (last - j);/const long long rj = r;/' /tmp/plant/engine/ops/cupy_attend_store.cu
+  (cd /tmp/plant && timeout 120 python3 -m pytest -q -p no:cacheprovider "tests/engine/test_cupy_fusions.py::test_attention_that_stores_equals_store_then_attend" > $OUT/plant.log 2>&1)
+  lap "planted rj = r: rc=$? (1: red, as it must be): $(tail -1 $OUT/plant.log)"
+fi
 if [ "${ROUND_WIDE_BENCH:-1}" = 1 ]; then  # 0 where the call is short: the prompt figures below cover it
   timeout 60 python3 bench/cupy_wide.py --rows 64 128 256 512 1024 --calls 30 > $OUT/wide-bench.log 2>&1
   lap "wide bench rc=$?"; tail -21 $OUT/wide-bench.log
