@@ -29,6 +29,7 @@ TILE_PAIRS = 16  # (row, q head) pairs a tile block takes at most
 TILE_WARPS = 8  # TILE_WARPS in cupy_attend_tile.cu: a tile block's warps, a pair each at a time
 TILE_KPAD = 1  # TILE_KPAD there: 16-byte pieces after each staged key's K codes
 SPLIT_HEADS = (4, 2)  # attend_<kind>_<D>_split<QH> in cupy_attend.cu (D <= STAGE_DIMS)
+SPLIT_FORMS = ("_split", *(f"_split{h}" for h in SPLIT_HEADS))  # the split kernels' suffixes
 
 
 @dataclass(frozen=True)
@@ -117,5 +118,5 @@ def shared_asks(kind: str, d: int, limit: int) -> dict[str, int]:
     need = {"_split": split_shared(kind, d), "_tile": tile_shared(kind, d, TILE_PAIRS, TILE_PAIRS)}
     need["_tile_ts"] = tile_shared(kind, d, TILE_PAIRS, TILE_PAIRS, thread_scores=True)
     need |= {f"_split{h}": split_shared(kind, d, h) for h in SPLIT_HEADS}
-    need |= {f"{form}_fs": need[form] for form in ("_split", *(f"_split{h}" for h in SPLIT_HEADS))}
+    need |= {f"{form}_fs": need[form] for form in SPLIT_FORMS}
     return {form: min(b, limit) for form, b in need.items() if b > 48 << 10}

@@ -14,7 +14,7 @@ from typing import Any
 
 import cupy as cp
 
-from engine.ops.cupy_attend_plan import ATTEND_HEAD_DIMS, SPLIT_HEADS, STAGE_DIMS
+from engine.ops.cupy_attend_plan import ATTEND_HEAD_DIMS, SPLIT_FORMS, STAGE_DIMS
 from engine.ops.cupy_kv import KINDS
 
 # one module, in this order
@@ -31,7 +31,6 @@ _SOURCES = (
 _FS_SOURCES = ("cupy_kernels.cu", "cupy_attend_store.cu", "cupy_attend.cu")
 FS_DEFINE = "-DENGINE_ATTEND_FS"
 _OPTIONS = ("-std=c++17",)
-_SPLITS = ("_split", *(f"_split{h}" for h in SPLIT_HEADS))
 
 
 def code_of(sources: tuple[str, ...]) -> str:
@@ -50,7 +49,7 @@ def attend_kernels(module: Any, store: bool) -> dict[tuple[str, int, str], Any]:
         (kind, d, split): module.get_function(f"attend_{kind}_{d}{split}")
         for kind in KINDS
         for d in ATTEND_HEAD_DIMS
-        for split in ("", "_tile", "_tile_ts", *_SPLITS)
+        for split in ("", "_tile", "_tile_ts", *SPLIT_FORMS)
         if split in ("", "_split") or d <= STAGE_DIMS
     }
     if store:
@@ -59,7 +58,7 @@ def attend_kernels(module: Any, store: bool) -> dict[tuple[str, int, str], Any]:
             (kind, d, f"{split}_fs"): fs.get_function(f"attend_{kind}_{d}{split}_fs")
             for kind in KINDS
             for d in ATTEND_HEAD_DIMS
-            for split in _SPLITS
+            for split in SPLIT_FORMS
             if d <= STAGE_DIMS
         }
     return table

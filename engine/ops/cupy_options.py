@@ -21,18 +21,21 @@ GEMMS = ("cublas", "own", "mma")
 # so it runs every GEMM at one; the own GEMMs sum in an order that depends on K alone, so a
 # step's graph need not pad its rows to more than it has
 ROW_TILES = {"cublas": 8, "own": 1, "mma": 1}
-# the integer knobs >= 0: ENGINE_CUPY_<name> -> field
+# the integer knobs: ENGINE_CUPY_<name> -> field; >= 0, the switches 0 or 1
+_SWITCHES = (
+    ("SILU_EPILOGUE", "silu_epilogue"),
+    ("ATTEND_THREAD_SCORES", "attend_thread_scores"),
+    ("ATTEND_EARLY", "attend_early"),
+    ("ATTEND_STORE", "attend_store"),
+)
 _COUNTS = (
     ("ATTEND_SPLIT", "attend_split"),
     ("ATTEND_SPLIT_HEADS", "attend_split_heads"),
     ("ATTEND_HEADS_FROM", "attend_heads_from"),
     ("ATTEND_TILE", "attend_tile"),
     ("GRAPH_ROWS", "graph_rows"),
-    ("SILU_EPILOGUE", "silu_epilogue"),
     ("WIDE_FROM", "wide_from"),
-    ("ATTEND_THREAD_SCORES", "attend_thread_scores"),
-    ("ATTEND_EARLY", "attend_early"),
-    ("ATTEND_STORE", "attend_store"),
+    *_SWITCHES,
 )
 
 
@@ -100,16 +103,10 @@ class CupyOptions:
             raise InputError(f"ENGINE_CUPY_ATTEND_TILE: must be >= 0, got {self.attend_tile}")
         if self.wide_from < 0:
             raise InputError(f"ENGINE_CUPY_WIDE_FROM: must be >= 0, got {self.wide_from}")
-        if self.attend_thread_scores not in (0, 1):
-            raise InputError(
-                f"ENGINE_CUPY_ATTEND_THREAD_SCORES: must be 0 or 1, got {self.attend_thread_scores}"
-            )
-        if self.attend_store not in (0, 1):
-            raise InputError(f"ENGINE_CUPY_ATTEND_STORE: must be 0 or 1, got {self.attend_store}")
-        if self.attend_early not in (0, 1):
-            raise InputError(f"ENGINE_CUPY_ATTEND_EARLY: must be 0 or 1, got {self.attend_early}")
-        if self.silu_epilogue not in (0, 1):
-            raise InputError(f"ENGINE_CUPY_SILU_EPILOGUE: must be 0 or 1, got {self.silu_epilogue}")
+        for name, field in _SWITCHES:
+            if getattr(self, field) not in (0, 1):
+                got = getattr(self, field)
+                raise InputError(f"ENGINE_CUPY_{name}: must be 0 or 1, got {got}")
         if self.gemm not in GEMMS:
             raise InputError(f"ENGINE_CUPY_GEMM: '{self.gemm}' is not one of {', '.join(GEMMS)}")
         if not self.row_tile:

@@ -69,6 +69,7 @@ def test_defaults_and_values_from_the_environment() -> None:
         ({"ENGINE_CUPY_ATTEND_THREAD_SCORES": "2"}, "ENGINE_CUPY_ATTEND_THREAD_SCORES"),
         ({"ENGINE_CUPY_ATTEND_EARLY": "2"}, "ENGINE_CUPY_ATTEND_EARLY"),
         ({"ENGINE_CUPY_ATTEND_STORE": "on"}, "ENGINE_CUPY_ATTEND_STORE"),
+        ({"ENGINE_CUPY_ATTEND_STORE": "2"}, "ENGINE_CUPY_ATTEND_STORE"),
     ],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], name: str) -> None:
