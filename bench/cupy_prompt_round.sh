@@ -7,7 +7,9 @@
 # with all on (ENGINE_CUPY_WIDE_FROM=128 ENGINE_CUPY_ATTEND_THREAD_SCORES=1, the defaults since
 # 2026-12-07, for prompt steps; ENGINE_CUPY_ATTEND_EARLY=1 for decode steps; the store where
 # its tests pass) and all off, alternated (ROUND_SPEED_TURNS, default 1); 4. gpu.yaml
-# BASE..HEAD with every GEMM wide, thread-scored tiles, early copies (and the store) on the
+# BASE..HEAD with every GEMM wide, thread-scored tiles and early copies (not the store: with
+# it on, split launches take the store's kernels, and the early copies of the default ones would
+# go ungated) on the
 # head, the tile threshold left at its default so that decode and verify launches are split
 # (flags unset == main: their bits against the base's), beside the cupy suite. Wheels in .whl
 # (gitpython for the gates) are installed first where present;
@@ -67,7 +69,7 @@ done
 left=$(( ${ROUND_BUDGET:-590} - ($(date +%s) - t0) - 20 ))
 [ "$left" -gt 250 ] && left=250
 lap "gates and suite: ${left} s"
-(cd /tmp/repo && env ENGINE_CUPY_WIDE_FROM=1 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 ENGINE_CUPY_ATTEND_EARLY=1 $STORE timeout "$left" python3 -m gates run --matrix matrices/gpu.yaml --base "$BASE" --head "$HEADREF" --jobs 6 --no-lean --no-speed > $OUT/gates.log 2>&1; echo "gates rc=$?" >> $OUT/gates.log) &
+(cd /tmp/repo && env ENGINE_CUPY_WIDE_FROM=1 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 ENGINE_CUPY_ATTEND_EARLY=1 timeout "$left" python3 -m gates run --matrix matrices/gpu.yaml --base "$BASE" --head "$HEADREF" --jobs 6 --no-lean --no-speed > $OUT/gates.log 2>&1; echo "gates rc=$?" >> $OUT/gates.log) &
 g=$!
 timeout "$((left - 10))" python3 -m pytest -q -p no:cacheprovider tests/engine tests/conformance -k "cupy or gemm or launch or graph or fusions or tile or epilogue or wide" > $OUT/tests.log 2>&1
 lap "suite rc=$?: $(tail -1 $OUT/tests.log)"
