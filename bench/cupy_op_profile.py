@@ -39,6 +39,14 @@ extern "C" __global__ void spin(long long cycles) {
 """
 
 
+def _key(name: str, args: tuple[Any, ...]) -> str:
+    """linear calls apart by their weight's K x N (qkv, o, gate/up, down, the head)."""
+    w = args[2] if len(args) > 2 else None
+    if name.startswith("linear") and hasattr(w, "k") and hasattr(w, "n"):
+        return f"{name} {w.k}x{w.n}"
+    return name
+
+
 class OpTimer:
     """Wraps every public method of the ops class; `stats` maps name -> [calls, ms]. hold_us:
     where > 0, a spinning kernel of about that long goes before each timed call."""
@@ -75,7 +83,7 @@ class OpTimer:
                 end.record()
                 end.synchronize()
                 self.depth -= 1
-                entry = self.stats[name]
+                entry = self.stats[_key(name, args)]
                 entry[0] += 1
                 entry[1] += self.cp.cuda.get_elapsed_time(start, end)
 
