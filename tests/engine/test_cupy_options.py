@@ -40,8 +40,8 @@ def test_defaults_and_values_from_the_environment() -> None:
     got = CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_THREAD_SCORES": "0"})
     assert got.attend_thread_scores == 0
     assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_FROM": "0"}).wide_from == 0
-    assert CupyOptions.from_environ({}).attend_early == 0
-    assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_EARLY": "1"}).attend_early == 1
+    assert CupyOptions.from_environ({}).attend_early == 1
+    assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_EARLY": "0"}).attend_early == 0
     assert CupyOptions.from_environ({}).attend_store == 0
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_STORE": "1"}).attend_store == 1
     assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_FROM": "1"}).wide_from == 1
