@@ -59,7 +59,7 @@ for l in open(sys.argv[1]):
 " $1; }
 for i in $(seq 1 "${ROUND_SPEED_TURNS:-1}"); do
   for side in $SIDES; do
-    e="ENGINE_CUPY_WIDE_FROM=0 ENGINE_CUPY_ATTEND_THREAD_SCORES=0"; [ $side = new ] && e="ENGINE_CUPY_WIDE_FROM=128 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 ENGINE_CUPY_ATTEND_EARLY=1"
+    e="ENGINE_CUPY_WIDE_FROM=0 ENGINE_CUPY_ATTEND_THREAD_SCORES=0 ENGINE_CUPY_ATTEND_EARLY=0"; [ $side = new ] && e="ENGINE_CUPY_WIDE_FROM=128 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 ENGINE_CUPY_ATTEND_EARLY=1"
     [ $side = store ] && e="ENGINE_CUPY_WIDE_FROM=128 ENGINE_CUPY_ATTEND_THREAD_SCORES=1 ENGINE_CUPY_ATTEND_EARLY=1 $STORE"
     env $e timeout 45 python3 bench/cupy_speed.py --streams 1 8 > $OUT/speed-$side-$i.log 2>&1
     lap "speed $side #$i: $(summ $OUT/speed-$side-$i.log)"
