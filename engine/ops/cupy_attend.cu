@@ -20,6 +20,19 @@ __device__ __forceinline__ void attend_finish(const float* ms, const float* ls, 
     if (outb) outb[at + t] = f32_to_bf16(o);  // the o GEMM's input
 }
 
+// The tree a[i] + a[i + W] for i < W, then W / 2, .. 1: the sum of a[0 .. 2W - 1] in a fixed
+// order, into a[0]. A template per level, so every index is a constant and `a` stays in
+// registers (a loop whose bound is the level's left a local array in memory: ncu read its
+// loads and stores as most of the attention kernels' L2 traffic, 2026-12-07).
+template <int W>
+__device__ __forceinline__ void pair_tree(float* a) {
+    if constexpr (W > 0) {
+#pragma unroll
+        for (int i = 0; i < W; ++i) a[i] = __fadd_rn(a[i], a[i + W]);
+        pair_tree<W / 2>(a);
+    }
+}
+
 // 16 bytes global -> shared without registers (cp.async, sm_80+); copies_done waits for them.
 __device__ __forceinline__ void copy16_async(void* smem, const void* gmem) {
     const unsigned dst = (unsigned)__cvta_generic_to_shared(smem);
@@ -255,10 +268,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
                 for (int gg = 0; gg < ATT_GV; ++gg)
                     if (jb + gg < cn) a[gg] = a[gg] + ps[jb + gg] * vals[gg];
             }
-#pragma unroll
-            for (int w = ATT_GV / 2; w > 0; w >>= 1)
-#pragma unroll
-                for (int gg = 0; gg < w; ++gg) a[gg] = a[gg] + a[gg + w];
+            pair_tree<ATT_GV / 2>(a);
             l = l * alpha + psum;
             acc = acc * alpha + a[0];
             m = m_new;

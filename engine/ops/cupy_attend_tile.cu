@@ -78,12 +78,6 @@ __device__ __forceinline__ void piece_codes(float* out, const uint4& v, float ex
     }
 }
 
-template <int OFF>
-__device__ __forceinline__ void tree_level(float* part) {
-#pragma unroll
-    for (int l = 0; l < OFF; ++l) part[l] = __fadd_rn(part[l], part[l + OFF]);
-}
-
 // Key j's score, whole in one thread, with the warp's arithmetic of attend_paged: lane l's part
 // (dims l * per .. in order, each an fma, from 0) for l = 0..31, then the pairs of the shuffle
 // tree (offsets 16, 8, 4, 2, 1: part[l] + part[l + off]); krow: the key's staged codes.
@@ -106,11 +100,7 @@ __device__ __forceinline__ float key_score(const float* qs, const uint4* krow, f
             }
         }
     }
-    tree_level<16>(part);  // each level's bound a constant: part stays in registers
-    tree_level<8>(part);
-    tree_level<4>(part);
-    tree_level<2>(part);
-    tree_level<1>(part);
+    pair_tree<16>(part);
     return part[0];
 }
 
@@ -192,10 +182,7 @@ __device__ __forceinline__ void tile_pair_chunk(const float* qs, const uint4* ks
     }
     // __fadd_rn: the weights come straight from expf here (through shared memory in
     // attend_paged), so no compiler may fuse expf's last multiply into these adds
-#pragma unroll
-    for (int k = per / 2; k > 0; k >>= 1)  // tree levels of stride 32 k
-#pragma unroll
-        for (int i = 0; i < k; ++i) e[i] = __fadd_rn(e[i], e[i + k]);
+    pair_tree<per / 2>(e);  // tree levels of stride 32 k
     float psum = e[0];
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1)
@@ -233,10 +220,7 @@ __device__ __forceinline__ void tile_pair_chunk(const float* qs, const uint4* ks
         }
 #pragma unroll
         for (int dd = 0; dd < VD; ++dd) {
-#pragma unroll
-            for (int h = ATT_GV / 2; h > 0; h >>= 1)
-#pragma unroll
-                for (int gg = 0; gg < h; ++gg) a[dd][gg] = a[dd][gg] + a[dd][gg + h];
+            pair_tree<ATT_GV / 2>(a[dd]);
             s_acc[t0 + dd] = s_acc[t0 + dd] * alpha + a[dd][0];
         }
     }
