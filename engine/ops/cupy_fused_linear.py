@@ -45,5 +45,6 @@ def linear_silu(ops: Any, x: Any, w: Any, inter: int) -> Any | None:
         grid = (-(-inter // 8), -(-m // (8 * t)))
         sizes = (np.int32(m), np.int32(inter), np.int32(w.k))
         args = (xb, np.int64(xb.shape[1]), w.data, y, or_null(yb), *sizes)
-        ops.k[f"mma_silu_{t}"](grid, (32 * s,), args, shared_mem=s * 16 * 8 * t * 4)
+        kernel = cupy_gemm.mma_kernel("silu", t, w.k)
+        ops.k[kernel](grid, (32 * s,), args, shared_mem=s * 16 * 8 * t * 4)
     return y

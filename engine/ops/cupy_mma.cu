@@ -175,3 +175,18 @@ MMA_KERNEL(2, 2)
 MMA_KERNEL(4, 1)
 MMA_KERNEL(8, 1)
 
+// mma_gemm_1u2, mma_silu_1u2: T = 1 with two chunks in flight, for K whose warps have at most
+// two chunks (cupy_gemm.mma_kernel): what U = 4 loads ahead there is never used, and its
+// registers (97 a thread) leave room for two blocks an SM, so the gate/up GEMM's 384 blocks
+// of a decode step ran in two waves on 132 SMs; these fit three. The same sums.
+extern "C" __global__ void __launch_bounds__(32 * MMA_MAX_SLICES, 3)
+    mma_gemm_1u2(const unsigned short* x, long long xs, const unsigned short* w, float* y,
+                 int M, int N, int K) {
+    mma_gemm<1, 2>(x, xs, w, y, M, N, K);
+}
+extern "C" __global__ void __launch_bounds__(32 * MMA_MAX_SLICES, 3)
+    mma_silu_1u2(const unsigned short* x, long long xs, const unsigned short* w, float* y,
+                 unsigned short* yb, int M, int I, int K) {
+    mma_silu<1, 2>(x, xs, w, y, yb, M, I, K);
+}
+

@@ -105,7 +105,7 @@ class CupyOps:
                 "to_bf16", "rms_norm", "add_rms_norm", "embed_norm_concat", "rope", "silu_mul",
                 "kv_store", "kv_store2", "qk_norm_rope", "qkv_norm_rope_store", "expert_gemv",
                 "moe_route", "moe_gate_up", "moe_down", *cupy_gemm.KERNELS,
-                *cupy_gemm.MMA_KERNELS, *(f"mma_silu_{t}" for t in cupy_gemm.MMA_TILES),
+                *cupy_gemm.MMA_KERNELS,
                 *cupy_gemm.WIDE_KERNELS,
             )
         }  # fmt: skip

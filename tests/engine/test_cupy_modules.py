@@ -67,3 +67,22 @@ def test_the_store_is_a_module_of_its_own(modules) -> None:  # type: ignore[no-u
         for d in (32, 64, 128):
             for split in ("_split", "_split2", "_split4"):
                 assert (kind, d, split + "_fs") in table
+
+
+def test_every_mma_kernel_the_gemm_chooses_is_compiled_and_looked_up(modules) -> None:  # type: ignore[no-untyped-def]
+    """cupy_gemm.mma_kernel's names are in the table CupyOps looks up, each defined in the
+    source; the two-chunk kernels serve one tile only, and only K whose warps have <= 2
+    chunks (0.6B: qkv and gate/up, K 1024, take them; o and down, K 2048 and 3072, do not)."""
+    from pathlib import Path
+
+    from engine.ops import cupy_gemm
+
+    source = (Path(modules.__file__).parent / "cupy_mma.cu").read_text()
+    for kind in ("gemm", "silu"):
+        for t in cupy_gemm.MMA_TILES:
+            for k in (64, 128, 384, 512, 1024, 1088, 2048, 3072, 4096):
+                name = cupy_gemm.mma_kernel(kind, t, k)
+                assert name in cupy_gemm.MMA_KERNELS, name
+                assert f"mma_{kind}_1u2(" in source or not name.endswith("1u2")
+                assert name.endswith("1u2") == (t == 1 and k <= 1024), (kind, t, k)
+                assert cupy_gemm.mma_kernel(kind, t, k, short=False) == f"mma_{kind}_{t}"
