@@ -22,7 +22,11 @@ WIDE = 4096  # outputs from which a warp takes two (more bytes in flight; the sa
 MMA_TILES = (1, 2, 4, 8)  # tiles of 8 x rows a warp takes (mma_gemm_T); not in the sums
 MMA_CHUNK, MMA_MAX_SLICES = 64, 8
 SHORT_CHUNKS = 2  # a warp's chunks from which on the _1u2 kernels no longer serve
-MMA_KERNELS = tuple(f"mma_{kind}_{t}" for kind in ("gemm", "silu") for t in (*MMA_TILES, "1u2"))
+LONG_CHUNKS = (5, 6)  # a warp's chunks that mma_gemm_1u6 serves (all in flight at once)
+MMA_KERNELS = (
+    *(f"mma_{kind}_{t}" for kind in ("gemm", "silu") for t in (*MMA_TILES, "1u2")),
+    "mma_gemm_1u6",
+)
 WIDE_KERNELS = ("mma_wide_gemm", "mma_wide_silu")
 WIDE_ROWS, WIDE_THREADS = 64, 128  # x rows and weight rows a block of the wide kernel, threads
 WIDE_SHARED = 3 * 2 * WIDE_ROWS * MMA_CHUNK * 2  # three stages of both tiles, bytes
@@ -58,12 +62,16 @@ def mma_slices(k: int) -> int:
     return min(MMA_MAX_SLICES, k // MMA_CHUNK)
 
 
-def mma_kernel(kind: str, t: int, k: int, short: bool = True) -> str:
-    """mma_<kind>_<t> (kind "gemm" or "silu"), or where one tile of x rows a warp is taken and
-    every warp's chunks of K fit two loads, mma_<kind>_1u2 (short=False: never): the same sums
-    with fewer registers, three blocks an SM (cupy_mma.cu)."""
-    if short and t == 1 and -(-(k // MMA_CHUNK) // mma_slices(k)) <= SHORT_CHUNKS:
+def mma_kernel(kind: str, t: int, k: int, fit: bool = True) -> str:
+    """mma_<kind>_<t> (kind "gemm" or "silu"; 4 chunks in flight at t = 1), or at one tile of
+    x rows a warp, chunks in flight fitted to a warp's chunks of K (fit=False: never):
+    mma_<kind>_1u2 where they are at most two (fewer registers, three blocks an SM),
+    mma_gemm_1u6 where five or six (all asked for before the wait). The same sums (cupy_mma.cu)."""
+    per = -(-(k // MMA_CHUNK) // mma_slices(k))  # chunks a warp takes
+    if fit and t == 1 and per <= SHORT_CHUNKS:
         return f"mma_{kind}_1u2"
+    if fit and t == 1 and kind == "gemm" and per in LONG_CHUNKS:
+        return "mma_gemm_1u6"
     return f"mma_{kind}_{t}"
 
 
@@ -72,9 +80,9 @@ def wide(ops: Any, m: int) -> bool:
     return 0 < ops.options.wide_from <= m
 
 
-def mma(ops: Any, xb: Any, m: int, w: Any, tiles: int = 0, short: bool = True) -> Any:
+def mma(ops: Any, xb: Any, m: int, w: Any, tiles: int = 0, fit: bool = True) -> Any:
     """y [m, w.n] float32 on the tensor cores (cupy_mma.cu); `tiles` of 8 x rows a warp
-    (0: by m, or the wide kernel from options.wide_from rows); `short`: see mma_kernel. The
+    (0: by m, or the wide kernel from options.wide_from rows); `fit`: see mma_kernel. The
     slices S depend on K alone; neither tiles nor the kernel change a bit."""
     import cupy as cp
 
@@ -88,6 +96,6 @@ def mma(ops: Any, xb: Any, m: int, w: Any, tiles: int = 0, short: bool = True) -
         slices = mma_slices(w.k)
         grid = (-(-w.n // 16), -(-m // (8 * t)))
         args = (xb, np.int64(xb.shape[1]), w.data, y, np.int32(m), np.int32(w.n), np.int32(w.k))
-        kernel = mma_kernel("gemm", t, w.k, short)
+        kernel = mma_kernel("gemm", t, w.k, fit)
         ops.k[kernel](grid, (32 * slices,), args, shared_mem=slices * 16 * 8 * t * 4)
     return y

@@ -184,6 +184,15 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_MAX_SLICES, 3)
                  int M, int N, int K) {
     mma_gemm<1, 2>(x, xs, w, y, M, N, K);
 }
+// mma_gemm_1u6: T = 1 with six chunks in flight, for K whose warps have five or six chunks
+// (the down projection, K 3072): all of a warp's weights are asked for before PDL_ENTRY
+// (U = 4 left two chunks to fetch after the kernel before had finished). Such GEMMs have few
+// blocks (N / 16: 64 at N 1024), one an SM, so the registers cost no occupancy.
+extern "C" __global__ void __launch_bounds__(32 * MMA_MAX_SLICES, 1)
+    mma_gemm_1u6(const unsigned short* x, long long xs, const unsigned short* w, float* y,
+                 int M, int N, int K) {
+    mma_gemm<1, 6>(x, xs, w, y, M, N, K);
+}
 extern "C" __global__ void __launch_bounds__(32 * MMA_MAX_SLICES, 3)
     mma_silu_1u2(const unsigned short* x, long long xs, const unsigned short* w, float* y,
                  unsigned short* yb, int M, int I, int K) {

@@ -26,7 +26,8 @@ def test_own_gemm_keeps_a_rows_bits_at_every_row_count(own_ops) -> None:  # type
     first nine places, and at shuffled places, of launches of 1..70 and 512 rows (row groups
     of 8, their last one short), beside any neighbours, for every way of cutting the work
     (own: one and two outputs a warp; mma: 1, 2, 4 and 8 tiles of x rows a warp, at 1 tile
-    with 2 chunks in flight (the _1u2 kernel, where K allows) and with 4) and a tail
+    with the chunks in flight fitted to K (2 or 6, the _1u2 and _1u6 kernels) and with 4)
+    and a tail
     of outputs short of a block; and it is the dot product in f32 (against float64, to
     rounding)."""
     import cupy as cp
@@ -52,7 +53,7 @@ def test_own_gemm_keeps_a_rows_bits_at_every_row_count(own_ops) -> None:  # type
         twin = cp.asarray(rows[:20].astype(ml_dtypes.bfloat16).view(np.uint16))  # its bf16 bits
         if own_ops.options.gemm == "mma":
             one, *cuts = (cupy_gemm.mma(own_ops, twin, 20, w, t) for t in cupy_gemm.MMA_TILES)
-            cuts.append(cupy_gemm.mma(own_ops, twin, 20, w, 1, short=False))  # U = 4 at 1 tile
+            cuts.append(cupy_gemm.mma(own_ops, twin, 20, w, 1, fit=False))  # U = 4 at 1 tile
         else:
             one, *cuts = (cupy_gemm.gemm(own_ops, twin, 20, w, outs) for outs in (1, 2))
         for cut in cuts:  # how the work is cut: the same bits

@@ -71,8 +71,9 @@ def test_the_store_is_a_module_of_its_own(modules) -> None:  # type: ignore[no-u
 
 def test_every_mma_kernel_the_gemm_chooses_is_compiled_and_looked_up(modules) -> None:  # type: ignore[no-untyped-def]
     """cupy_gemm.mma_kernel's names are in the table CupyOps looks up, each defined in the
-    source; the two-chunk kernels serve one tile only, and only K whose warps have <= 2
-    chunks (0.6B: qkv and gate/up, K 1024, take them; o and down, K 2048 and 3072, do not)."""
+    source; the fitted kernels serve one tile only: two chunks in flight where a warp has at
+    most two (0.6B: qkv and gate/up, K 1024), six where it has five or six (down, K 3072),
+    else four (o, K 2048)."""
     from pathlib import Path
 
     from engine.ops import cupy_gemm
@@ -83,6 +84,8 @@ def test_every_mma_kernel_the_gemm_chooses_is_compiled_and_looked_up(modules) ->
             for k in (64, 128, 384, 512, 1024, 1088, 2048, 3072, 4096):
                 name = cupy_gemm.mma_kernel(kind, t, k)
                 assert name in cupy_gemm.MMA_KERNELS, name
-                assert f"mma_{kind}_1u2(" in source or not name.endswith("1u2")
+                assert name.endswith("_1") or f"{name}(" in source or t > 1, name
                 assert name.endswith("1u2") == (t == 1 and k <= 1024), (kind, t, k)
-                assert cupy_gemm.mma_kernel(kind, t, k, short=False) == f"mma_{kind}_{t}"
+                long = t == 1 and kind == "gemm" and 2048 < k <= 3072
+                assert name.endswith("1u6") == long, (kind, t, k)
+                assert cupy_gemm.mma_kernel(kind, t, k, fit=False) == f"mma_{kind}_{t}"
