@@ -104,6 +104,12 @@ def main() -> None:
     p.add_argument("--kv", default="bf16")
     p.add_argument("--gpu-only", action="store_true", help="queue each call behind a spin")
     p.add_argument("--hold-us", type=float, default=300.0, help="the spin's length, µs")
+    p.add_argument(
+        "--profile-range",
+        choices=["prompt", "decode"],
+        help="run the reported prompt or decode step between cudaProfilerStart and Stop "
+        "(for `ncu --profile-from-start off`: that step's kernels alone)",
+    )
     args = p.parse_args()
     import cupy as cp
 
@@ -117,28 +123,33 @@ def main() -> None:
     page_rows, ctx, vocab = 16, args.context, model.config.vocab_size
     rng = np.random.default_rng(0)
 
-    def run(segs: list[Any], kv: Any) -> float:
+    def run(segs: list[Any], kv: Any, profile: bool = False) -> float:
         timer.stats.clear()
         cp.cuda.Device().synchronize()
+        if profile:
+            cp.cuda.profiler.start()
         t = time.perf_counter()
         model.forward(segs, kv)
         cp.cuda.Device().synchronize()
+        if profile:
+            cp.cuda.profiler.stop()
         return (time.perf_counter() - t) * 1e3
 
     for streams in args.streams:
         per_lane = -(-(ctx + 8) // page_rows)
         kv = model.new_kv(streams * per_lane, page_rows, args.kv, lanes=streams)
         lanes = [list(range(i * per_lane, (i + 1) * per_lane)) for i in range(streams)]
-        for i in [0, *range(streams)]:  # the first prompt warms; the last one is reported
+        for j, i in enumerate([0, *range(streams)]):  # the first warms; the last is reported
             toks = rng.integers(0, vocab, ctx)
-            wall = run([Segment(toks, 0, lanes[i], np.asarray([ctx - 1]), lane=i)], kv)
+            segs = [Segment(toks, 0, lanes[i], np.asarray([ctx - 1]), lane=i)]
+            wall = run(segs, kv, args.profile_range == "prompt" and j == streams)
         timer.report(f"prompt of {ctx} tokens (the last of {streams} streams)", wall)
         for step in range(3):
             segs = [
                 Segment(rng.integers(0, vocab, 1), ctx + step, lanes[i], np.asarray([0]), lane=i)
                 for i in range(streams)
             ]
-            wall = run(segs, kv)
+            wall = run(segs, kv, args.profile_range == "decode" and step == 2)
         timer.report(f"decode step at {streams} streams (the third)", wall)
 
 
