@@ -6,7 +6,7 @@
 #    each in its own process (graph replay and prefill);
 # 3. `python -m engine bench --backend cupy --parallel 1,8` on the head (ROUND_BENCH=0 skips);
 # 4. gpu.yaml BASE..HEAD without the speed look (flags unset == main: the base's bits), beside
-#    the cupy suite, in what is left of ROUND_BUDGET seconds (default 560);
+#    the cupy suite, in what is left of ROUND_BUDGET seconds (default 560; ROUND_GATES=0 skips);
 # 5. bench/cupy_op_profile.py --gpu-only on the head (ROUND_PROFILE=0 skips).
 # The base and the gates' trees come from .carry/repo.bundle where present (else this
 # checkout's .git); wheels in .whl (gitpython for the gates) are installed first. Logs in $OUT.
@@ -55,20 +55,22 @@ if [ "${ROUND_BENCH:-1}" = 1 ]; then
         --gen-tokens 64 --repeats 3 > "$OUT/bench.log" 2>&1
     lap "engine bench rc=$?"; tail -6 "$OUT/bench.log"
 fi
-left=$(( ${ROUND_BUDGET:-560} - ($(date +%s) - t0) - 40 ))
-[ "$left" -gt 260 ] && left=260
-lap "gates and suite: $left s"
-(cd /tmp/repo && timeout "$left" python3 -m gates run --matrix matrices/gpu.yaml --base "$BASE" \
-    --head "$HEADREF" --jobs 6 --no-lean --no-speed > "$OUT/gates.log" 2>&1; echo "gates rc=$?" >> "$OUT/gates.log") &
-g=$!
-timeout "$((left - 10))" python3 -m pytest -q -p no:cacheprovider tests/engine tests/conformance \
-    -k "cupy or gemm or launch or graph or fusions or tile or epilogue or wide" > "$OUT/suite.log" 2>&1
-lap "suite rc=$?: $(tail -1 "$OUT/suite.log")"
-grep -m5 "^FAILED" "$OUT/suite.log"
-wait $g
-lap "$(tail -2 "$OUT/gates.log")"
-(cd /tmp/repo/receipts && tar czf "$OUT/receipts.tgz" .) 2>/dev/null
-grep -hE "^\| (✅|❌)" /tmp/repo/receipts/*.gpu.md | head -8
+if [ "${ROUND_GATES:-1}" = 1 ]; then
+    left=$(( ${ROUND_BUDGET:-560} - ($(date +%s) - t0) - 40 ))
+    [ "$left" -gt 260 ] && left=260
+    lap "gates and suite: $left s"
+    (cd /tmp/repo && timeout "$left" python3 -m gates run --matrix matrices/gpu.yaml --base "$BASE" \
+        --head "$HEADREF" --jobs 6 --no-lean --no-speed > "$OUT/gates.log" 2>&1; echo "gates rc=$?" >> "$OUT/gates.log") &
+    g=$!
+    timeout "$((left - 10))" python3 -m pytest -q -p no:cacheprovider tests/engine tests/conformance \
+        -k "cupy or gemm or launch or graph or fusions or tile or epilogue or wide" > "$OUT/suite.log" 2>&1
+    lap "suite rc=$?: $(tail -1 "$OUT/suite.log")"
+    grep -m5 "^FAILED" "$OUT/suite.log"
+    wait $g
+    lap "$(tail -2 "$OUT/gates.log")"
+    (cd /tmp/repo/receipts && tar czf "$OUT/receipts.tgz" .) 2>/dev/null
+    grep -hE "^\| (✅|❌)" /tmp/repo/receipts/*.gpu.md | head -8
+fi
 if [ "${ROUND_PROFILE:-1}" = 1 ]; then
     timeout 60 python3 bench/cupy_op_profile.py --gpu-only --streams 1 8 > "$OUT/profile.log" 2>&1
     lap "profile rc=$?"; grep -A3 "prompt of\|decode step" "$OUT/profile.log"

@@ -25,7 +25,7 @@ SHORT_CHUNKS = 2  # a warp's chunks from which on the _1u2 kernels no longer ser
 LONG_CHUNKS = (5, 6)  # a warp's chunks that mma_gemm_1u6 serves (all in flight at once)
 MMA_KERNELS = (
     *(f"mma_{kind}_{t}" for kind in ("gemm", "silu") for t in (*MMA_TILES, "1u2")),
-    "mma_gemm_1u6",
+    *("mma_gemm_1u6", "mma_gemm_1h", "mma_gemm_1u6h"),
 )
 WIDE_KERNELS = ("mma_wide_gemm", "mma_wide_silu")
 WIDE_ROWS, WIDE_THREADS = 64, 128  # x rows and weight rows a block of the wide kernel, threads
@@ -62,17 +62,32 @@ def mma_slices(k: int) -> int:
     return min(MMA_MAX_SLICES, k // MMA_CHUNK)
 
 
-def mma_kernel(kind: str, t: int, k: int, fit: bool = True) -> str:
+def mma_kernel(kind: str, t: int, k: int, n: int = 0, sms: int = 0, fit: bool = True) -> str:
     """mma_<kind>_<t> (kind "gemm" or "silu"; 4 chunks in flight at t = 1), or at one tile of
-    x rows a warp, chunks in flight fitted to a warp's chunks of K (fit=False: never):
-    mma_<kind>_1u2 where they are at most two (fewer registers, three blocks an SM),
-    mma_gemm_1u6 where five or six (all asked for before the wait). The same sums (cupy_mma.cu)."""
+    x rows a warp, fitted to K and N (fit=False: never): mma_<kind>_1u2 where a warp has at
+    most two chunks of K (fewer registers, three blocks an SM), mma_gemm_1u6 where five or six
+    (all asked for before the wait); for a plain GEMM whose n outputs in blocks of 16 would
+    fill at most half of `sms` SMs, blocks of 8 (suffix h). The same sums (cupy_mma.cu)."""
     per = -(-(k // MMA_CHUNK) // mma_slices(k))  # chunks a warp takes
     if fit and t == 1 and per <= SHORT_CHUNKS:
         return f"mma_{kind}_1u2"
-    if fit and t == 1 and kind == "gemm" and per in LONG_CHUNKS:
-        return "mma_gemm_1u6"
-    return f"mma_{kind}_{t}"
+    if not (fit and t == 1 and kind == "gemm"):
+        return f"mma_{kind}_{t}"
+    half = "h" if 0 < 2 * -(-n // 16) <= sms else ""
+    return f"mma_gemm_1u6{half}" if per in LONG_CHUNKS else f"mma_gemm_1{half}"
+
+
+def sm_count() -> int:
+    """The current device's multiprocessors (cudaDevAttrMultiProcessorCount), read once."""
+    import cupy as cp
+
+    dev = cp.cuda.Device().id
+    if dev not in _SMS:
+        _SMS[dev] = int(cp.cuda.runtime.deviceGetAttribute(16, dev))
+    return _SMS[dev]
+
+
+_SMS: dict[int, int] = {}
 
 
 def wide(ops: Any, m: int) -> bool:
@@ -94,8 +109,8 @@ def mma(ops: Any, xb: Any, m: int, w: Any, tiles: int = 0, fit: bool = True) -> 
     elif m:
         t = tiles or mma_tiles(m)
         slices = mma_slices(w.k)
-        grid = (-(-w.n // 16), -(-m // (8 * t)))
+        kernel = mma_kernel("gemm", t, w.k, w.n, sm_count(), fit)
+        grid = (-(-w.n // (8 if kernel.endswith("h") else 16)), -(-m // (8 * t)))
         args = (xb, np.int64(xb.shape[1]), w.data, y, np.int32(m), np.int32(w.n), np.int32(w.k))
-        kernel = mma_kernel("gemm", t, w.k, fit)
         ops.k[kernel](grid, (32 * slices,), args, shared_mem=slices * 16 * 8 * t * 4)
     return y

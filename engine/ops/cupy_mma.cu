@@ -37,8 +37,9 @@ __device__ __forceinline__ uint4 ld16(const unsigned short* p) {
     return __ldg(reinterpret_cast<const uint4*>(p));
 }
 
-// U chunks of a warp's weight rows from chunk j on, every S-th (none past the end)
-template <int U>
+// U chunks of a warp's weight rows from chunk j on, every S-th (none past the end); HALF:
+// tile rows 8-15 are rows 0-7 again (wb == wa), their sums never written
+template <int U, bool HALF = false>
 __device__ __forceinline__ void mma_load(uint4* p, uint4* q, uint4* P, uint4* Q,
                                          const unsigned short* wa, const unsigned short* wb,
                                          int j, int S, int chunks) {
@@ -48,8 +49,8 @@ __device__ __forceinline__ void mma_load(uint4* p, uint4* q, uint4* P, uint4* Q,
             const int c = (j + u * S) * MMA_CHUNK;
             p[u] = ld16(wa + c);
             q[u] = ld16(wa + c + 32);
-            P[u] = ld16(wb + c);
-            Q[u] = ld16(wb + c + 32);
+            P[u] = HALF ? p[u] : ld16(wb + c);
+            Q[u] = HALF ? q[u] : ld16(wb + c + 32);
         }
     }
 }
@@ -58,7 +59,7 @@ __device__ __forceinline__ void mma_load(uint4* p, uint4* q, uint4* P, uint4* Q,
 // over the x rows r0.. (8 T of them): part[slice][x row of the block][weight row], then a
 // barrier. T: tiles of 8 x rows a warp takes; U: chunks a warp loads before its first mma
 // (bytes in flight). Neither changes a sum.
-template <int T, int U>
+template <int T, int U, bool HALF = false>
 __device__ __forceinline__ void mma_slices(const unsigned short* __restrict__ x, long long xs,
                                            const unsigned short* __restrict__ wa,
                                            const unsigned short* __restrict__ wb, int r0, int M,
@@ -77,7 +78,7 @@ __device__ __forceinline__ void mma_slices(const unsigned short* __restrict__ x,
     // the first loads of weights come before PDL_ENTRY: weights are no kernel's output, so
     // their fetch overlaps the kernel before; x is read only after it has finished
     uint4 p[U], q[U], P[U], Q[U];
-    mma_load<U>(p, q, P, Q, wa, wb, warp, S, chunks);
+    mma_load<U, HALF>(p, q, P, Q, wa, wb, warp, S, chunks);
     PDL_ENTRY();
     for (int j0 = warp; j0 < chunks; j0 += S * U) {
 #pragma unroll
@@ -90,7 +91,7 @@ __device__ __forceinline__ void mma_slices(const unsigned short* __restrict__ x,
                 mma_chunk(acc[i], p[u], q[u], P[u], Q[u], xp, xq);
             }
         }
-        mma_load<U>(p, q, P, Q, wa, wb, j0 + S * U, S, chunks);
+        mma_load<U, HALF>(p, q, P, Q, wa, wb, j0 + S * U, S, chunks);
     }
     const int cols = 8 * T;
 #pragma unroll
@@ -111,20 +112,25 @@ __device__ __forceinline__ float slice_sum(const float* part, int e, int tile) {
     return s;
 }
 
-// grid (ceil(N / 16), ceil(M / (8 T))), block 32 S, shared S * 16 * 8 T floats.
-template <int T, int U>
+// grid (ceil(N / 16), ceil(M / (8 T))), block 32 S, shared S * 16 * 8 T floats. HALF: a
+// block's 8 outputs (grid ceil(N / 8)), the mma's other 8 weight rows the same 8 again: a
+// row's sums depend on its own weight row alone, so twice the blocks stream the weights of
+// a small N with the same bits.
+template <int T, int U, bool HALF = false>
 __device__ __forceinline__ void mma_gemm(const unsigned short* __restrict__ x, long long xs,
                                          const unsigned short* __restrict__ w,
                                          float* __restrict__ y, int M, int N, int K) {
     extern __shared__ float part[];
     const int g = (threadIdx.x & 31) >> 2;
-    const int n0 = blockIdx.x * 16, r0 = blockIdx.y * 8 * T;
+    const int n0 = blockIdx.x * (HALF ? 8 : 16), r0 = blockIdx.y * 8 * T;
     // rows past N or M read the last real one; their sums are never written
-    mma_slices<T, U>(x, xs, w + (long long)min(n0 + g, N - 1) * K,
-                     w + (long long)min(n0 + g + 8, N - 1) * K, r0, M, K, part);
+    const unsigned short* wa = w + (long long)min(n0 + g, N - 1) * K;
+    mma_slices<T, U, HALF>(x, xs, wa, HALF ? wa : w + (long long)min(n0 + g + 8, N - 1) * K, r0,
+                           M, K, part);
     const int tile = 16 * 8 * T;
     for (int e = threadIdx.x; e < tile; e += blockDim.x) {
         const int n = n0 + (e & 15), r = r0 + (e >> 4);
+        if (HALF && (e & 15) >= 8) continue;
         const float s = slice_sum(part, e, tile);
         if (n < N && r < M) y[(long long)r * N + n] = s;
     }
@@ -192,6 +198,18 @@ extern "C" __global__ void __launch_bounds__(32 * MMA_MAX_SLICES, 1)
     mma_gemm_1u6(const unsigned short* x, long long xs, const unsigned short* w, float* y,
                  int M, int N, int K) {
     mma_gemm<1, 6>(x, xs, w, y, M, N, K);
+}
+// mma_gemm_1h, mma_gemm_1u6h: the same with a block's 8 outputs (HALF), for N whose
+// 16-row blocks would fill at most half the SMs (o and down, N 1024: 128 blocks, not 64)
+extern "C" __global__ void __launch_bounds__(32 * MMA_MAX_SLICES)
+    mma_gemm_1h(const unsigned short* x, long long xs, const unsigned short* w, float* y,
+                int M, int N, int K) {
+    mma_gemm<1, 4, true>(x, xs, w, y, M, N, K);
+}
+extern "C" __global__ void __launch_bounds__(32 * MMA_MAX_SLICES, 1)
+    mma_gemm_1u6h(const unsigned short* x, long long xs, const unsigned short* w, float* y,
+                  int M, int N, int K) {
+    mma_gemm<1, 6, true>(x, xs, w, y, M, N, K);
 }
 extern "C" __global__ void __launch_bounds__(32 * MMA_MAX_SLICES, 3)
     mma_silu_1u2(const unsigned short* x, long long xs, const unsigned short* w, float* y,

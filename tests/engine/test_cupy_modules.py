@@ -73,7 +73,8 @@ def test_every_mma_kernel_the_gemm_chooses_is_compiled_and_looked_up(modules) ->
     """cupy_gemm.mma_kernel's names are in the table CupyOps looks up, each defined in the
     source; the fitted kernels serve one tile only: two chunks in flight where a warp has at
     most two (0.6B: qkv and gate/up, K 1024), six where it has five or six (down, K 3072),
-    else four (o, K 2048)."""
+    else four (o, K 2048); blocks of 8 outputs where blocks of 16 would fill at most half the
+    SMs (o and down, N 1024, on 132 SMs; not on 64)."""
     from pathlib import Path
 
     from engine.ops import cupy_gemm
@@ -82,10 +83,15 @@ def test_every_mma_kernel_the_gemm_chooses_is_compiled_and_looked_up(modules) ->
     for kind in ("gemm", "silu"):
         for t in cupy_gemm.MMA_TILES:
             for k in (64, 128, 384, 512, 1024, 1088, 2048, 3072, 4096):
-                name = cupy_gemm.mma_kernel(kind, t, k)
-                assert name in cupy_gemm.MMA_KERNELS, name
-                assert name.endswith("_1") or f"{name}(" in source or t > 1, name
-                assert name.endswith("1u2") == (t == 1 and k <= 1024), (kind, t, k)
-                long = t == 1 and kind == "gemm" and 2048 < k <= 3072
-                assert name.endswith("1u6") == long, (kind, t, k)
-                assert cupy_gemm.mma_kernel(kind, t, k, fit=False) == f"mma_{kind}_{t}"
+                for n, sms in ((1024, 132), (1024, 64), (1056, 132), (1072, 132), (4096, 132)):
+                    name = cupy_gemm.mma_kernel(kind, t, k, n, sms)
+                    assert name in cupy_gemm.MMA_KERNELS, name
+                    assert name.endswith("_1") or f"{name}(" in source or t > 1, name
+                    assert name.endswith("1u2") == (t == 1 and k <= 1024), (kind, t, k)
+                    long = t == 1 and kind == "gemm" and 2048 < k <= 3072
+                    assert name.rstrip("h").endswith("1u6") == long, (kind, t, k)
+                    small = (n, sms) in ((1024, 132), (1056, 132))  # 64 or 66 blocks of 16
+                    half = t == 1 and kind == "gemm" and k > 1024 and small
+                    assert name.endswith("h") == half, (kind, t, k, n, sms)
+                    plain = cupy_gemm.mma_kernel(kind, t, k, n, sms, fit=False)
+                    assert plain == f"mma_{kind}_{t}"
