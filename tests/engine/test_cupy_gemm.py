@@ -27,7 +27,8 @@ def test_own_gemm_keeps_a_rows_bits_at_every_row_count(own_ops) -> None:  # type
     of 8, their last one short), beside any neighbours, for every way of cutting the work
     (own: one and two outputs a warp; mma: 1, 2, 4 and 8 tiles of x rows a warp, at 1 tile
     with the chunks in flight fitted to K (2 or 6, the _1u2 and _1u6 kernels) and with 4,
-    and blocks of 8 outputs where N is small: n 1024 at K 2048 and 3072) and a tail
+    and, for a row alone, blocks of 8 outputs where N is small: n 1024 at K 2048 and 3072)
+    and a tail
     of outputs short of a block; and it is the dot product in f32 (against float64, to
     rounding)."""
     import cupy as cp
