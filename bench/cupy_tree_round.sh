@@ -8,11 +8,15 @@
 # 4. gpu.yaml BASE..HEAD without the speed look (flags unset == main: the base's bits), beside
 #    the cupy suite, in what is left of ROUND_BUDGET seconds (default 560; ROUND_GATES=0 skips);
 # 5. bench/cupy_op_profile.py --gpu-only on the head (ROUND_PROFILE=0 skips).
+# HEAD_ENV (e.g. ENGINE_CUPY_ATTEND_K_FIRST=1) is set for the head's speed runs, the suite and
+# the gates (both sides of them: a base that knows no such variable ignores it), so BASE may
+# be HEAD_REF itself for an option's A/B.
 # The base and the gates' trees come from .carry/repo.bundle where present (else this
 # checkout's .git); wheels in .whl (gitpython for the gates) are installed first. Logs in $OUT.
 set -u
 BASE=$1
 HEADREF=${2:-main}
+HEAD_ENV=${HEAD_ENV:-ENGINE_ROUND_SIDE=head}
 OUT=${OUT:-/tmp/tree-round}
 mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -47,11 +51,11 @@ for l in open(sys.argv[1]):
 for i in $(seq 1 "${ROUND_SPEED_TURNS:-2}"); do
     (cd /tmp/base && timeout 60 python3 bench/cupy_speed.py --streams 1 8 > "$OUT/speed-base-$i.log" 2>&1)
     lap "base #$i $(summ "$OUT/speed-base-$i.log")"
-    timeout 60 python3 bench/cupy_speed.py --streams 1 8 > "$OUT/speed-head-$i.log" 2>&1
+    env $HEAD_ENV timeout 60 python3 bench/cupy_speed.py --streams 1 8 > "$OUT/speed-head-$i.log" 2>&1
     lap "head #$i $(summ "$OUT/speed-head-$i.log")"
 done
 if [ "${ROUND_BENCH:-1}" = 1 ]; then
-    timeout 90 python3 -m engine bench --backend cupy $M --parallel 1,8 --prompt-tokens 16 \
+    env $HEAD_ENV timeout 90 python3 -m engine bench --backend cupy $M --parallel 1,8 --prompt-tokens 16 \
         --gen-tokens 64 --repeats 3 > "$OUT/bench.log" 2>&1
     lap "engine bench rc=$?"; tail -6 "$OUT/bench.log"
 fi
@@ -59,10 +63,10 @@ if [ "${ROUND_GATES:-1}" = 1 ]; then
     left=$(( ${ROUND_BUDGET:-560} - ($(date +%s) - t0) - 40 ))
     [ "$left" -gt 260 ] && left=260
     lap "gates and suite: $left s"
-    (cd /tmp/repo && timeout "$left" python3 -m gates run --matrix matrices/gpu.yaml --base "$BASE" \
+    (cd /tmp/repo && env $HEAD_ENV timeout "$left" python3 -m gates run --matrix matrices/gpu.yaml --base "$BASE" \
         --head "$HEADREF" --jobs 6 --no-lean --no-speed > "$OUT/gates.log" 2>&1; echo "gates rc=$?" >> "$OUT/gates.log") &
     g=$!
-    timeout "$((left - 10))" python3 -m pytest -q -p no:cacheprovider tests/engine tests/conformance \
+    env $HEAD_ENV timeout "$((left - 10))" python3 -m pytest -q -p no:cacheprovider tests/engine tests/conformance \
         -k "cupy or gemm or launch or graph or fusions or tile or epilogue or wide" > "$OUT/suite.log" 2>&1
     lap "suite rc=$?: $(tail -1 "$OUT/suite.log")"
     grep -m5 "^FAILED" "$OUT/suite.log"
@@ -72,6 +76,6 @@ if [ "${ROUND_GATES:-1}" = 1 ]; then
     grep -hE "^\| (✅|❌)" /tmp/repo/receipts/*.gpu.md | head -8
 fi
 if [ "${ROUND_PROFILE:-1}" = 1 ]; then
-    timeout 60 python3 bench/cupy_op_profile.py --gpu-only --streams 1 8 > "$OUT/profile.log" 2>&1
+    env $HEAD_ENV timeout 60 python3 bench/cupy_op_profile.py --gpu-only --streams 1 8 > "$OUT/profile.log" 2>&1
     lap "profile rc=$?"; grep -A3 "prompt of\|decode step" "$OUT/profile.log"
 fi

@@ -41,11 +41,19 @@ __device__ __forceinline__ void copy16_async(void* smem, const void* gmem) {
 
 __device__ __forceinline__ void copies_sent() { asm volatile("cp.async.commit_group;\n" ::); }
 
+// every copy the thread committed, landed
+__device__ __forceinline__ void copies_waited() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
 // the thread's copies committed so far, and these, landed
 __device__ __forceinline__ void copies_done() {
     copies_sent();
-    asm volatile("cp.async.wait_group 0;\n" ::);
+    copies_waited();
 }
+
+// bits of a split launch's `flags`: early copies (options.attend_early), K before V
+// (options.attend_k_first)
+#define ATT_EARLY 1
+#define ATT_K_FIRST 2
 
 // bytes of one stored code: f32, bf16, fp8 (e4m3)
 template <int KIND>
@@ -84,6 +92,27 @@ __device__ __forceinline__ void copy_chunk(const void* kc, const void* vc, const
         copies_done();
     else
         copies_sent();
+}
+
+// copy_chunk's copies in two groups, K's then V's, and a wait for K's (and any group sent
+// before): the V codes land while the block scores (ATT_K_FIRST); copies_waited then waits
+// for them. Only when bytes arrive changes.
+template <int KIND, int D, int KP = D * code_bytes<KIND>() / 16>
+__device__ __forceinline__ void copy_chunk_k_first(const void* kc, const void* vc, const int* rows,
+                                                   int cn, int threads, uint4* kst, uint4* vst,
+                                                   int first) {
+    constexpr int VPR = D * code_bytes<KIND>() / 16;
+    for (int e = first * VPR + threadIdx.x; e < cn * VPR; e += threads) {
+        const int key = e / VPR, piece = e - key * VPR;
+        copy16_async(kst + key * KP + piece, (const uint4*)kc + (long long)rows[key] * VPR + piece);
+    }
+    copies_sent();
+    for (int e = first * VPR + threadIdx.x; e < cn * VPR; e += threads) {
+        const int key = e / VPR;
+        copy16_async(vst + e, (const uint4*)vc + (long long)rows[key] * VPR + (e - key * VPR));
+    }
+    copies_sent();
+    asm volatile("cp.async.wait_group 1;\n" ::);
 }
 
 // Causal attention of q [n, Hq, D] over keys stored in pages, one block per (row, q head) of
@@ -127,7 +156,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
                              const signed char* ke, const signed char* ve, const int* ptab,
                              const int* poff, const int* last_pos, float* out,
                              unsigned short* outb, int hq, int hkv, int page_rows, float scale,
-                             float* part, int* count, int early, HeadsIn hs = HeadsIn{}) {
+                             float* part, int* count, int flags, HeadsIn hs = HeadsIn{}) {
     extern __shared__ float sh[];
     static_assert(!FS || (SPLIT && D <= 128), "the fused store needs the staged split form");
     // a merging split slot's ATT_NG outputs fill its 4 D floats of ps, red, kex, vex
@@ -159,6 +188,8 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
     const void* kread = STAGE ? (const void*)kst : kc;
     const void* vread = STAGE ? (const void*)vst : vc;
     const int r = blockIdx.x, h = SPLIT ? blockIdx.y * QH + gb : blockIdx.y, kvh = h / (hq / hkv);
+    const bool early = flags & ATT_EARLY;
+    const bool k_first = STAGE && !FS && (flags & ATT_K_FIRST);  // the same for the whole block
     if (!(STAGE && early)) PDL_ENTRY();
     const int* pages = ptab + poff[r];  // the step's inputs: no kernel writes them
     const int last = last_pos[r];
@@ -197,8 +228,11 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         __syncthreads();
         if (STAGE && live) {  // the same for the whole block: its barrier is block-wide
             const int cn = min(D, last - c0 + 1);
-            copy_chunk<KIND, D>(kc, vc, rows0, FS ? min(cn, max(0, fresh - c0)) : cn, QH * D,
-                                kst, vst, it ? 0 : sent);
+            if (k_first)
+                copy_chunk_k_first<KIND, D>(kc, vc, rows0, cn, QH * D, kst, vst, it ? 0 : sent);
+            else
+                copy_chunk<KIND, D>(kc, vc, rows0, FS ? min(cn, max(0, fresh - c0)) : cn, QH * D,
+                                    kst, vst, it ? 0 : sent);
             __syncthreads();
             if (FS) {
                 make_keys<KIND, D>(hs, r, c0, fresh, last, kvh, hq, hkv, t, gb == 0,
@@ -249,6 +283,10 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         const float p = seen ? expf(s - m_new) : 0.0f;
         ps[t] = p;
         const float psum = group_sum(red, t, D, p);  // its barriers order ps[] for the reads below
+        if (k_first) {  // the chunk's V codes, sent after its K codes, landed and seen
+            if (live) copies_waited();
+            __syncthreads();
+        }
         if (live) {
             const float alpha = expf(m - m_new);  // 0 on the group's first chunk
             const int cn = min(D, last - c0 + 1);
@@ -325,10 +363,10 @@ extern "C" {
     const float *q, const void *kc, const void *vc, const signed char *ke,             \
         const signed char *ve, const int *ptab, const int *poff, const int *last_pos,  \
         float *out, unsigned short *outb, int hq, int hkv, int page_rows, float scale, \
-        float *part, int *count, int early
+        float *part, int *count, int flags
 #define ATTEND_PASS                                                                     \
     q, kc, vc, ke, ve, ptab, poff, last_pos, out, outb, hq, hkv, page_rows, scale, part, count, \
-        early
+        flags
 // per code kind and head_dim (32, 64, 128, 256): attend_<kind>_<D> (one block per row and
 // head) and attend_<kind>_<D>_split (one per row, head and group; the last group's block
 // to finish merges)

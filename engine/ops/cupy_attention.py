@@ -12,8 +12,9 @@ synchronizes before and after each replay). Graphs replayed concurrently on seve
 would need counters of their own.
 
 With `options.attend_early` a split launch sends the first chunk's copies of keys older than
-its step before it waits for the kernel before it (programmatic dependent launch): only when
-those bytes arrive changes.
+its step before it waits for the kernel before it (programmatic dependent launch); with
+`options.attend_k_first` it waits for a chunk's K codes alone before scoring and for its V
+codes before the value pass: in both only when bytes arrive changes.
 
 `attend_qkv` (options.attend_store) runs a split launch's kernel with the step's q/k norms,
 RoPE and K/V write in it (the `_fs` kernels), from the qkv projection's rows: the bytes and
@@ -107,11 +108,15 @@ def _split(
     part = cp.empty(n * hq * GROUPS * (d + 2), dtype=cp.float32)
     count = ops.split_counters(n * hq)
     grid, block = (n, hq // form.heads, GROUPS), (d * form.heads,)
-    early = np.int32(ops.options.attend_early)
     name = form.kernel + ("_fs" if fs else "")
     ops.attend_k[kind, d, name](
-        grid, block, (*args, part, count, early, *fs), shared_mem=form.shared
+        grid, block, (*args, part, count, split_flags(ops.options), *fs), shared_mem=form.shared
     )
+
+
+def split_flags(options: Any) -> np.int32:
+    """The split kernels' `flags` (cupy_attend.cu): ATT_EARLY = 1, ATT_K_FIRST = 2."""
+    return np.int32(options.attend_early | options.attend_k_first << 1)
 
 
 def attend_qkv(ops: Any, qkv: Any, heads: tuple, target: Any, meta: Any, fresh: Any) -> Any | None:
