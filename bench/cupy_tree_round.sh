@@ -9,8 +9,8 @@
 #    the cupy suite, in what is left of ROUND_BUDGET seconds (default 560; ROUND_GATES=0 skips);
 # 5. bench/cupy_op_profile.py --gpu-only on the head (ROUND_PROFILE=0 skips).
 # HEAD_ENV (e.g. ENGINE_CUPY_ATTEND_K_FIRST=1) is set for the head's speed runs, the suite and
-# the gates (both sides of them: a base that knows no such variable ignores it), so BASE may
-# be HEAD_REF itself for an option's A/B.
+# the gates. The gates give it to both sides, so for an option's A/B take as BASE a commit from
+# before the option (which ignores the variable): with BASE == HEAD_REF both sides would run it.
 # The base and the gates' trees come from .carry/repo.bundle where present (else this
 # checkout's .git); wheels in .whl (gitpython for the gates) are installed first. Logs in $OUT.
 set -u
