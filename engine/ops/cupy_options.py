@@ -72,8 +72,9 @@ class CupyOptions:
     # every split launch kept e8fbb48's bits (receipts/examples/gpu-h100-early-copies.md)
     attend_early: int = 1
     # 1: a split launch copies a chunk's K codes, then its V codes, and scores once the K codes
-    # have landed (cupy_attend.cu, ATT_K_FIRST); the same bits. 0: one wait for both. Not yet
-    # run on a GPU (written 2026-12-07 after the session's device time was spent): off
+    # have landed (cupy_attend.cu, ATT_K_FIRST); the same bits. 0: one wait for both. The
+    # store's kernels (attend_store) ignore it. Not yet run on a GPU (written 2026-12-07 after
+    # the session's device time was spent): off
     attend_k_first: int = 0
     # 1: a graph step's split attention launch makes the q/k norms, RoPE and K/V write itself
     # from the qkv rows (cupy_attention.attend_qkv; one launch fewer a layer, the same bits).
