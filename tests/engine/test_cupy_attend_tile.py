@@ -68,12 +68,18 @@ def _rows(rng: np.random.Generator, pages: int, page_rows: int, shared: bool):  
     return ptab, poff, last
 
 
-def _attend(ops, monkeypatch, tile: int, split: int, kind, q, kc, vc, ke, ve, meta, ts: int = 0):  # type: ignore[no-untyped-def]
+def _attend(ops, monkeypatch, tile: int, split: int, *args, ts: int = 0, k_first: int = 0):  # type: ignore[no-untyped-def]
+    """ops.attend(kind, q, kc, vc, ke, ve, meta) = args under these options: its output's
+    bytes and its bf16 twin's."""
     opts = dataclasses.replace(
-        ops.options, attend_tile=tile, attend_split=split, attend_thread_scores=ts
+        ops.options,
+        attend_tile=tile,
+        attend_split=split,
+        attend_thread_scores=ts,
+        attend_k_first=k_first,
     )
     monkeypatch.setattr(ops, "options", opts)
-    out = ops.attend(kind, q, kc, vc, ke, ve, meta)
+    out = ops.attend(*args)
     return out.tobytes(), ops._bf16[1][: len(out)].tobytes()
 
 
@@ -85,7 +91,8 @@ def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared, 
     2, 3, 8 and 12 q heads a KV head (more pairs a tile than warps), q at two scales (the
     larger drives some weights below float's range); and a row's bits stay when the rows are
     shuffled (other tile neighbours) or when it is alone. ts: the tile kernel's scores a key
-    a thread (attend_thread_scores)."""
+    a thread (attend_thread_scores). The split launch also with a chunk's K codes waited for
+    before its V codes (attend_k_first)."""
     import cupy as cp
 
     from engine.ops.cupy_attend_plan import choose
@@ -109,15 +116,18 @@ def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared, 
         assert form.kernel == ("_tile_ts" if ts else "_tile"), form
         assert tiled == _attend(ops, monkeypatch, 0, 0, *args), (d, hq, hkv)
         assert tiled == _attend(ops, monkeypatch, 0, 10**6, *args), (d, hq, hkv)
+        assert tiled == _attend(ops, monkeypatch, 0, 10**6, *args, k_first=1), (d, hq, hkv)
         out = np.frombuffer(tiled[0], dtype=np.float32).reshape(n, hq, d)
         order = rng.permutation(n)
         meta2 = (meta[0], cp.asarray(poff[order]), cp.asarray(last[order]), page_rows)
-        shuffled = _attend(ops, monkeypatch, 1, 0, kind, q[order], kc, vc, ke, ve, meta2, ts)
+        shuffled = _attend(ops, monkeypatch, 1, 0, kind, q[order], kc, vc, ke, ve, meta2, ts=ts)
         got = np.frombuffer(shuffled[0], dtype=np.float32).reshape(n, hq, d)
         assert got.tobytes() == out[order].tobytes(), (d, hq, hkv)
         for r in (0, 69, 70, n - 1):
             meta1 = (meta[0], cp.asarray(poff[r : r + 1]), cp.asarray(last[r : r + 1]), page_rows)
-            alone = _attend(ops, monkeypatch, 1, 0, kind, q[r : r + 1], kc, vc, ke, ve, meta1, ts)
+            alone = _attend(
+                ops, monkeypatch, 1, 0, kind, q[r : r + 1], kc, vc, ke, ve, meta1, ts=ts
+            )
             assert alone[0] == out[r].tobytes(), (d, hq, hkv, r)
 
 
