@@ -9,7 +9,8 @@ tokens per stream, then decode steps of one token per stream (logits copied to t
 the engine does). Transformers: Qwen3ForCausalLM from the same directory in bf16; eager with
 a dynamic cache, and generate() with a static cache (which transformers compiles, CUDA
 graphs included). The HBM floor is the bytes a decode step must read (weights in bf16 and
-every stream's K/V) at 4.8 TB/s.
+every stream's K/V) at the device's peak memory bandwidth (memory clock x 2 x bus width; 4.8
+TB/s, the H200's, where the runtime gives neither; `--hbm-tb-s` sets it).
 """
 
 from __future__ import annotations
@@ -25,10 +26,27 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
-HBM_BYTES_S = 4.8e12
+HBM_BYTES_S = 4.8e12  # an H200's, where the device's cannot be read
 
 
-def floor_ms(cfg: Any, streams: int, context: int, code_bytes: int = 2) -> float:
+def device_bytes_s() -> float:
+    """The current device's peak memory bandwidth: cudaDevAttrMemoryClockRate (36, kHz) x 2
+    (double data rate) x cudaDevAttrGlobalMemoryBusWidth (37, bits) / 8; HBM_BYTES_S where
+    the runtime answers neither (an H100 SXM: 3.35e12, an H200: 4.9e12)."""
+    import cupy as cp
+
+    try:
+        dev = cp.cuda.Device().id
+        khz = cp.cuda.runtime.deviceGetAttribute(36, dev)
+        bits = cp.cuda.runtime.deviceGetAttribute(37, dev)
+    except Exception:  # noqa: BLE001 - any runtime without the attributes
+        return HBM_BYTES_S
+    return 2 * khz * 1e3 * bits / 8 if khz > 0 and bits > 0 else HBM_BYTES_S
+
+
+def floor_ms(
+    cfg: Any, streams: int, context: int, code_bytes: int = 2, bytes_s: float = HBM_BYTES_S
+) -> float:
     h, inter, d = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
     per_layer = h * (cfg.num_heads + 2 * cfg.num_kv_heads) * d + cfg.num_heads * d * h
     if cfg.num_experts:  # every layer sparse (synthetic A3B): the router and the experts hit
@@ -38,7 +56,7 @@ def floor_ms(cfg: Any, streams: int, context: int, code_bytes: int = 2) -> float
         per_layer += 3 * h * inter
     weights = 2 * (cfg.num_layers * per_layer + cfg.vocab_size * h)
     kv = streams * context * cfg.num_layers * 2 * cfg.num_kv_heads * d * code_bytes
-    return (weights + kv) / HBM_BYTES_S * 1e3
+    return (weights + kv) / bytes_s * 1e3
 
 
 def ours(
@@ -266,6 +284,7 @@ def main() -> None:
     p.add_argument("--kv", default="bf16")
     p.add_argument("--transformers", nargs="*", default=[], choices=["eager", "static"])
     p.add_argument("--json", default=None)
+    p.add_argument("--hbm-tb-s", type=float, default=0.0, help="the floor's bandwidth, TB/s")
     p.add_argument("--skip-ours", action="store_true", help="transformers' arms only")
     args = p.parse_args()
     from engine.model import synthetic
@@ -274,8 +293,9 @@ def main() -> None:
     model_dir = synthetic.resolve(args.model)
     cfg = ModelConfig.from_dir(model_dir)
     rows = []
+    bytes_s = args.hbm_tb_s * 1e12 or device_bytes_s()
     for streams in args.streams:
-        fl = floor_ms(cfg, streams, args.context)
+        fl = floor_ms(cfg, streams, args.context, bytes_s=bytes_s)
         arms = [
             (
                 f"ours (cupy, {'graph' if g else 'eager'})",
@@ -300,6 +320,7 @@ def main() -> None:
                 "context": args.context,
                 **fn(),
                 "floor_ms": fl,
+                "hbm_tb_s": bytes_s / 1e12,
             }
             r["x_floor"] = r["step_ms"] / fl
             rows.append(r)
