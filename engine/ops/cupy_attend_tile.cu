@@ -1,5 +1,6 @@
 // Attention over many query rows that share their keys (a prompt step, a verify step), after
-// cupy_attend.cu (its helpers: attend_finish, chunk_key, copy_chunk, the codecs).
+// cupy_attend.cu (attend_finish), cupy_attend_stage.cu (chunk_key, copy_chunk, pair_tree)
+// and cupy_kernels.cu (the codecs).
 //
 // One block of TILE_WARPS warps per (tile of rows, KV head): its (row, q head) pairs. For
 // each chunk of D keys (at absolute positions, as in attend_paged) the block copies the

@@ -115,7 +115,7 @@ def _split(
 
 
 def split_flags(options: Any) -> np.int32:
-    """The split kernels' `flags` (cupy_attend.cu): ATT_EARLY = 1, ATT_K_FIRST = 2."""
+    """The split kernels' `flags` (cupy_attend_stage.cu): ATT_EARLY = 1, ATT_K_FIRST = 2."""
     return np.int32(options.attend_early | options.attend_k_first << 1)
 
 

@@ -21,6 +21,7 @@ from engine.ops.cupy_kv import KINDS
 _SOURCES = (
     "cupy_kernels.cu",
     "cupy_attend_store.cu",
+    "cupy_attend_stage.cu",
     "cupy_attend.cu",
     "cupy_attend_tile.cu",
     "cupy_moe.cu",
@@ -28,7 +29,7 @@ _SOURCES = (
     "cupy_mma.cu",
     "cupy_mma_wide.cu",
 )
-_FS_SOURCES = ("cupy_kernels.cu", "cupy_attend_store.cu", "cupy_attend.cu")
+_FS_SOURCES = ("cupy_kernels.cu", "cupy_attend_store.cu", "cupy_attend_stage.cu", "cupy_attend.cu")
 FS_DEFINE = "-DENGINE_ATTEND_FS"
 _OPTIONS = ("-std=c++17",)
 

@@ -1,0 +1,99 @@
+// Staging for the attention kernels (cupy_attend.cu, cupy_attend_tile.cu), compiled after
+// cupy_kernels.cu and before them: a chunk's K and V codes copied into shared memory by
+// cp.async (all of a chunk's pieces in flight at once), the bits of a split launch's `flags`,
+// and the fixed-order tree over a thread's partial sums.
+
+// The tree a[i] + a[i + W] for i < W, then W / 2, .. 1: the sum of a[0 .. 2W - 1] in a fixed
+// order, into a[0]. A template per level, so every index is a constant and `a` stays in
+// registers (a loop whose bound is the level's left a local array in memory: ncu read its
+// loads and stores as most of the attention kernels' L2 traffic, 2026-12-07).
+template <int W>
+__device__ __forceinline__ void pair_tree(float* a) {
+    if constexpr (W > 0) {
+#pragma unroll
+        for (int i = 0; i < W; ++i) a[i] = __fadd_rn(a[i], a[i + W]);
+        pair_tree<W / 2>(a);
+    }
+}
+
+// 16 bytes global -> shared without registers (cp.async, sm_80+); copies_done waits for them.
+__device__ __forceinline__ void copy16_async(void* smem, const void* gmem) {
+    const unsigned dst = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem));
+}
+
+__device__ __forceinline__ void copies_sent() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// every copy the thread committed, landed
+__device__ __forceinline__ void copies_waited() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+// the thread's copies committed so far, and these, landed
+__device__ __forceinline__ void copies_done() {
+    copies_sent();
+    copies_waited();
+}
+
+// bits of a split launch's `flags`: early copies (options.attend_early), K before V
+// (options.attend_k_first)
+#define ATT_EARLY 1
+#define ATT_K_FIRST 2
+
+// bytes of one stored code: f32, bf16, fp8 (e4m3)
+template <int KIND>
+__host__ __device__ constexpr int code_bytes() { return KIND == KIND_F32 ? 4 : KIND == KIND_BF16 ? 2 : 1; }
+
+// Key j of a chunk, read by thread t: the row of its codes (slot * hkv + kv head, through
+// the page list `pages`) into rows[t], and for fp8 its K and V exponents into kex[t], vex[t].
+template <int KIND>
+__device__ __forceinline__ void chunk_key(const int* pages, int j, int page_rows, int hkv, int kvh,
+                                          const signed char* ke, const signed char* ve, int t,
+                                          int* rows, float* kex, float* vex) {
+    const int row = (pages[j / page_rows] * page_rows + j % page_rows) * hkv + kvh;
+    rows[t] = row;
+    if (KIND == KIND_FP8) {
+        kex[t] = (float)ke[row];
+        vex[t] = (float)ve[row];
+    }
+}
+
+// The K and V codes of a chunk's keys first .. cn - 1 (their rows in rows[]) into kst / vst
+// by `threads` threads (the block's), every 16-byte piece in flight at once (cp.async), then
+// (wait) waited for with any sent before; the caller's barrier makes them visible to the block.
+// A key's K codes start KP pieces after the key before's (KP > VPR: rows padded).
+template <int KIND, int D, int KP = D * code_bytes<KIND>() / 16>
+__device__ __forceinline__ void copy_chunk(const void* kc, const void* vc, const int* rows, int cn,
+                                           int threads, uint4* kst, uint4* vst, int first = 0,
+                                           bool wait = true) {
+    constexpr int VPR = D * code_bytes<KIND>() / 16;  // 16-byte pieces of one key's codes
+    for (int e = first * VPR + threadIdx.x; e < cn * VPR; e += threads) {
+        const int key = e / VPR, piece = e - key * VPR;
+        const long long src = (long long)rows[key] * VPR + piece;
+        copy16_async(kst + key * KP + piece, (const uint4*)kc + src);
+        copy16_async(vst + e, (const uint4*)vc + src);
+    }
+    if (wait)
+        copies_done();
+    else
+        copies_sent();
+}
+
+// copy_chunk's copies in two groups, K's then V's, and a wait for K's (and any group sent
+// before): the V codes land while the block scores (ATT_K_FIRST); copies_waited then waits
+// for them. Only when bytes arrive changes.
+template <int KIND, int D, int KP = D * code_bytes<KIND>() / 16>
+__device__ __forceinline__ void copy_chunk_k_first(const void* kc, const void* vc, const int* rows,
+                                                   int cn, int threads, uint4* kst, uint4* vst,
+                                                   int first) {
+    constexpr int VPR = D * code_bytes<KIND>() / 16;
+    for (int e = first * VPR + threadIdx.x; e < cn * VPR; e += threads) {
+        const int key = e / VPR, piece = e - key * VPR;
+        copy16_async(kst + key * KP + piece, (const uint4*)kc + (long long)rows[key] * VPR + piece);
+    }
+    copies_sent();
+    for (int e = first * VPR + threadIdx.x; e < cn * VPR; e += threads) {
+        const int key = e / VPR;
+        copy16_async(vst + e, (const uint4*)vc + (long long)rows[key] * VPR + (e - key * VPR));
+    }
+    copies_sent();
+    asm volatile("cp.async.wait_group 1;\n" ::);
+}
