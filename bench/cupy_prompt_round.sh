@@ -28,13 +28,13 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 SRC=.; [ -f .carry/repo.bundle ] && SRC=.carry/repo.bundle
 rm -rf /tmp/repo && git clone -q "$SRC" /tmp/repo && (cd /tmp/repo && git branch -q "$HEADREF" "origin/$HEADREF" 2>/dev/null; git branch -q main origin/main 2>/dev/null; git log --oneline -1 "$HEADREF")
 python3 -c "from engine.model import synthetic; synthetic.resolve('synthetic:qwen3-0.6b')" &
-timeout 200 python3 -m pytest -q -p no:cacheprovider tests/engine/test_cupy_wide.py tests/engine/test_cupy_attend_tile.py tests/engine/test_cupy_attend_plan.py tests/engine/test_cupy_epilogues.py tests/engine/test_cupy_options.py tests/engine/test_cupy_fusions.py "tests/engine/test_cupy_backend.py::test_graph_decode_equals_eager" > $OUT/new-tests.log 2>&1
+timeout 200 python3 -m pytest -q -p no:cacheprovider tests/engine/test_cupy_wide.py tests/engine/test_cupy_attend_tile.py tests/engine/test_cupy_attend_plan.py tests/engine/test_cupy_epilogues.py tests/engine/test_cupy_options.py tests/engine/test_cupy_fusions.py "tests/engine/test_cupy_graphs.py::test_graph_decode_equals_eager" > $OUT/new-tests.log 2>&1
 lap "new tests rc=$?: $(tail -1 $OUT/new-tests.log)"
 grep -E "^(FAILED|E  )" $OUT/new-tests.log | head -10
 wait
 # the attention launch that makes the K/V write itself (ENGINE_CUPY_ATTEND_STORE=1): graph ==
 # eager first; it joins the speed sides and the gates only if that holds
-ENGINE_CUPY_ATTEND_STORE=1 timeout 150 python3 -m pytest -q -x -p no:cacheprovider "tests/engine/test_cupy_backend.py::test_graph_decode_equals_eager" tests/engine/test_cupy_drafter_graph.py "tests/engine/test_cupy_fusions.py::test_attention_that_stores_equals_store_then_attend" > $OUT/store-tests.log 2>&1
+ENGINE_CUPY_ATTEND_STORE=1 timeout 150 python3 -m pytest -q -x -p no:cacheprovider "tests/engine/test_cupy_graphs.py::test_graph_decode_equals_eager" tests/engine/test_cupy_drafter_graph.py "tests/engine/test_cupy_fusions.py::test_attention_that_stores_equals_store_then_attend" > $OUT/store-tests.log 2>&1
 store=$?; lap "store tests rc=$store: $(tail -1 $OUT/store-tests.log)"
 grep -E "^(FAILED|E  )" $OUT/store-tests.log | head -6
 STORE=""; SIDES="new old"; [ $store = 0 ] && STORE="ENGINE_CUPY_ATTEND_STORE=1" && SIDES="new old store"
