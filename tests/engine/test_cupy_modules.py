@@ -86,7 +86,8 @@ def test_every_mma_kernel_the_gemm_chooses_is_compiled_and_looked_up(modules) ->
                 for n, sms in ((1024, 132), (1024, 64), (1056, 132), (1072, 132), (4096, 132)):
                     name = cupy_gemm.mma_kernel(kind, t, k, n, sms)
                     assert name in cupy_gemm.MMA_KERNELS, name
-                    assert name.endswith("_1") or f"{name}(" in source or t > 1, name
+                    if name != f"mma_{kind}_{t}":  # a fitted kernel: defined by its name
+                        assert f"{name}(" in source, name
                     assert name.endswith("1u2") == (t == 1 and k <= 1024), (kind, t, k)
                     long = t == 1 and kind == "gemm" and 2048 < k <= 3072
                     assert name.rstrip("h").endswith("1u6") == long, (kind, t, k)
