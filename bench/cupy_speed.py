@@ -32,7 +32,7 @@ HBM_BYTES_S = 4.8e12  # an H200's, where the device's cannot be read
 def device_bytes_s() -> float:
     """The current device's peak memory bandwidth: cudaDevAttrMemoryClockRate (36, kHz) x 2
     (double data rate) x cudaDevAttrGlobalMemoryBusWidth (37, bits) / 8; HBM_BYTES_S where
-    the runtime answers neither (an H100 SXM: 3.35e12, an H200: 4.9e12)."""
+    the runtime answers neither (the specs: 3.35e12 for an H100 SXM, 4.8e12 for an H200)."""
     import cupy as cp
 
     try:
