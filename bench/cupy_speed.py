@@ -60,8 +60,9 @@ def floor_ms(
 
 
 def ours(
-    spec: str, streams: int, context: int, steps: int, kind: str, graph: bool
+    spec: str, streams: int, context: int, steps: int, kind: str, graph: bool, keep: Any = None
 ) -> dict[str, float]:
+    """Step and prefill figures; with a dict `keep`, the decode step's graph in keep["graph"]."""
     import cupy as cp
 
     from engine.model.graph_shape import padded_rows, step_rows
@@ -110,6 +111,8 @@ def ours(
         logit_rows = len(padded_rows(np.arange(streams), tile))
         g = model.ops.step_graph(kv, step_key(model, rows, (), logit_rows))
         extra["replay_ms"] = g.replay_ms()
+        if keep is not None:
+            keep["graph"], keep["kv"] = g, kv
     return {
         **extra,
         "step_ms": step,
