@@ -7,10 +7,13 @@
 # 3. `python -m engine bench --backend cupy --parallel 1,8` on the head (ROUND_BENCH=0 skips);
 # 4. gpu.yaml BASE..HEAD without the speed look (flags unset == main: the base's bits), beside
 #    the cupy suite, in what is left of ROUND_BUDGET seconds (default 560; ROUND_GATES=0 skips);
-# 5. bench/cupy_op_profile.py --gpu-only on the head (ROUND_PROFILE=0 skips).
+# 5. bench/cupy_timeline.py on the head where ROUND_TIMELINE=1 (kernels in the step's graph);
+# 6. bench/cupy_op_profile.py --gpu-only on the head (ROUND_PROFILE=0 skips).
 # HEAD_ENV (e.g. ENGINE_CUPY_ATTEND_K_FIRST=1) is set for the head's speed runs, the suite and
 # the gates. The gates give it to both sides, so for an option's A/B take as BASE a commit from
 # before the option (which ignores the variable): with BASE == HEAD_REF both sides would run it.
+# ALT_ENV (e.g. ENGINE_CUPY_ATTEND_K_FIRST=1) adds a third speed arm each turn: the head with it
+# (speed only; the tests, suite and gates run without it).
 # The base and the gates' trees come from .carry/repo.bundle where present (else this
 # checkout's .git); wheels in .whl (gitpython for the gates) are installed first. Logs in $OUT.
 set -u
@@ -53,6 +56,10 @@ for i in $(seq 1 "${ROUND_SPEED_TURNS:-2}"); do
     lap "base #$i $(summ "$OUT/speed-base-$i.log")"
     env $HEAD_ENV timeout 60 python3 bench/cupy_speed.py --streams 1 8 > "$OUT/speed-head-$i.log" 2>&1
     lap "head #$i $(summ "$OUT/speed-head-$i.log")"
+    if [ -n "${ALT_ENV:-}" ]; then
+        env $HEAD_ENV $ALT_ENV timeout 60 python3 bench/cupy_speed.py --streams 1 8 > "$OUT/speed-alt-$i.log" 2>&1
+        lap "head $ALT_ENV #$i $(summ "$OUT/speed-alt-$i.log")"
+    fi
 done
 if [ "${ROUND_BENCH:-1}" = 1 ]; then
     env $HEAD_ENV timeout 90 python3 -m engine bench --backend cupy $M --parallel 1,8 --prompt-tokens 16 \
@@ -74,6 +81,10 @@ if [ "${ROUND_GATES:-1}" = 1 ]; then
     lap "$(tail -2 "$OUT/gates.log")"
     (cd /tmp/repo/receipts && tar czf "$OUT/receipts.tgz" .) 2>/dev/null
     grep -hE "^\| (✅|❌)" /tmp/repo/receipts/*.gpu.md | head -8
+fi
+if [ "${ROUND_TIMELINE:-0}" = 1 ]; then
+    env $HEAD_ENV timeout 90 python3 bench/cupy_timeline.py --streams 1 8 > "$OUT/timeline.log" 2>&1
+    lap "timeline rc=$?"; grep -A14 "^## " "$OUT/timeline.log"
 fi
 if [ "${ROUND_PROFILE:-1}" = 1 ]; then
     env $HEAD_ENV timeout 60 python3 bench/cupy_op_profile.py --gpu-only --streams 1 8 > "$OUT/profile.log" 2>&1

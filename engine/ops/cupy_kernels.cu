@@ -61,31 +61,50 @@ __device__ __forceinline__ float load_code(const void* codes, long long i, float
     return ldexpf(e4m3_to_f32(((const unsigned char*)codes)[i]), (int)scale_exp);
 }
 
-// Trees over one group's D values in red[] (D a power of two; t the thread's index in its
-// group); every thread gets red[0]. Every thread of the block calls them the same number of
-// times: their barriers are block-wide.
-__device__ __forceinline__ float group_max(float* red, int t, int D, float v) {
-    red[t] = v;
-    __syncthreads();
-    for (int s = D >> 1; s > 0; s >>= 1) {
-        if (t < s) red[t] = fmaxf(red[t], red[t + s]);
-        __syncthreads();
+// Levels s = 16 .. 1 of the trees below in a group's first warp: lane t < s takes op(its
+// value, lane t + s's), by a shuffle where the shared-memory form needs a store, a load and a
+// block-wide barrier a level. The same pairs in the same order: the same bits. Groups of D
+// >= 32 threads start at a warp's first lane; a group under 32 threads is the whole block.
+template <typename Op>
+__device__ __forceinline__ float warp_levels(float x, int t, int D, Op op) {
+    const unsigned mask = D >= 32 ? 0xffffffffu : (1u << D) - 1u;
+    for (int s = min(D, 32) >> 1; s > 0; s >>= 1) {
+        const float o = __shfl_down_sync(mask, x, s);
+        if (t < s) x = op(x, o);
     }
-    float out = red[0];
+    return x;
+}
+
+// Trees over one group's D values in red[] (D a power of two; t the thread's index in its
+// group): red[t] = op(red[t], red[t + s]) for t < s, s = D / 2 .. 1, the levels under 32 in
+// registers (warp_levels); every thread gets the root. Every thread of the block calls them
+// the same number of times: their barriers are block-wide.
+template <typename Op>
+__device__ __forceinline__ float group_tree(float* red, int t, int D, float v, Op op) {
+    if (D > 32) {
+        red[t] = v;
+        __syncthreads();
+        for (int s = D >> 1; s >= 32; s >>= 1) {
+            if (t < s) red[t] = op(red[t], red[t + s]);
+            __syncthreads();
+        }
+    }
+    if (t < 32) {
+        const float x = warp_levels(D > 32 ? red[t] : v, t, D, op);
+        if (t == 0) red[0] = x;
+    }
+    __syncthreads();
+    const float out = red[0];
     __syncthreads();
     return out;
 }
 
+__device__ __forceinline__ float group_max(float* red, int t, int D, float v) {
+    return group_tree(red, t, D, v, [](float a, float b) { return fmaxf(a, b); });
+}
+
 __device__ __forceinline__ float group_sum(float* red, int t, int D, float v) {
-    red[t] = v;
-    __syncthreads();
-    for (int s = D >> 1; s > 0; s >>= 1) {
-        if (t < s) red[t] = red[t] + red[t + s];
-        __syncthreads();
-    }
-    float out = red[0];
-    __syncthreads();
-    return out;
+    return group_tree(red, t, D, v, [](float a, float b) { return __fadd_rn(a, b); });
 }
 
 // the same trees over the whole block (blockDim.x values)
