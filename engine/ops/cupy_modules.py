@@ -43,14 +43,16 @@ def main_module() -> Any:
     return cp.RawModule(code=code_of(_SOURCES), options=_OPTIONS)
 
 
-def attend_kernels(module: Any, store: bool) -> dict[tuple[str, int, str], Any]:
-    """The attention kernels of `module` by (kind, head dim, suffix); with `store`, the
-    attention that stores too (`<split>_fs`, its module compiled here)."""
+def attend_kernels(module: Any, store: bool, clusters: bool) -> dict[tuple[str, int, str], Any]:
+    """The attention kernels of `module` by (kind, head dim, suffix); with `clusters` (a
+    Hopper or later device) the split forms as clusters too (`<split>_cl`, compiled there
+    only); with `store` the attention that stores (`<split>_fs`, its module compiled here)."""
+    cluster = tuple(f"{split}_cl" for split in SPLIT_FORMS) if clusters else ()
     table = {
         (kind, d, split): module.get_function(f"attend_{kind}_{d}{split}")
         for kind in KINDS
         for d in ATTEND_HEAD_DIMS
-        for split in ("", "_tile", "_tile_ts", *SPLIT_FORMS)
+        for split in ("", "_tile", "_tile_ts", *SPLIT_FORMS, *cluster)
         if split in ("", "_split") or d <= STAGE_DIMS
     }
     if store:

@@ -86,9 +86,9 @@ class CupyOps:
 
     def __init__(self, options: CupyOptions | None = None, probe: bool = True) -> None:
         self.options = options or CupyOptions()
-        if self.options.pdl and int(cp.cuda.Device().compute_capability) < 90:
-            # griddepcontrol is Hopper's (PDL_ENTRY compiles to nothing before it)
-            self.options = replace(self.options, pdl=False)
+        hopper = int(cp.cuda.Device().compute_capability) >= 90
+        if not hopper:  # griddepcontrol and clusters are Hopper's (PDL_ENTRY: nothing before)
+            self.options = replace(self.options, pdl=False, attend_cluster=0)
         # the tile changes which GEMM kernel runs, hence the bits: one value per deployment
         self.row_tile = self.options.row_tile
         # steps of up to graph_rows rows replay captured CUDA graphs; False runs them
@@ -109,7 +109,8 @@ class CupyOps:
                 *cupy_gemm.WIDE_KERNELS,
             )
         }  # fmt: skip
-        self.attend_k = cupy_modules.attend_kernels(self.module, bool(self.options.attend_store))
+        store = bool(self.options.attend_store)
+        self.attend_k = cupy_modules.attend_kernels(self.module, store, hopper)
         self.shared_limit = cupy_attention.shared_limit()
         cupy_attention.allow_shared(self.attend_k, self.shared_limit)
         self.pdl_kernels = pdl_kernels(self.k, self.attend_k)

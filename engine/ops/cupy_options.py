@@ -27,6 +27,7 @@ _SWITCHES = (
     ("ATTEND_THREAD_SCORES", "attend_thread_scores"),
     ("ATTEND_EARLY", "attend_early"),
     ("ATTEND_K_FIRST", "attend_k_first"),
+    ("ATTEND_CLUSTER", "attend_cluster"),
     ("ATTEND_STORE", "attend_store"),
 )
 _COUNTS = (
@@ -76,6 +77,11 @@ class CupyOptions:
     # store's kernels (attend_store) ignore it. Not yet run on a GPU (written 2026-12-07 after
     # the session's device time was spent): off
     attend_k_first: int = 0
+    # 1: a split launch's key-group blocks of a (row, q head) pair run as one thread block
+    # cluster (the `_cl` kernels, Hopper and later; CupyOps turns it off before), group 0's
+    # block merging from the others' shared memory: no counter, no partial sums through
+    # global memory; the same merge, the same bits. Not yet run on a GPU: off
+    attend_cluster: int = 0
     # 1: a graph step's split attention launch makes the q/k norms, RoPE and K/V write itself
     # from the qkv rows (cupy_attention.attend_qkv; one launch fewer a layer, the same bits).
     # 0: qkv_norm_rope_store, then the attention. Measured slower (H100: 1.46 ms a step
@@ -125,8 +131,8 @@ class CupyOptions:
         ENGINE_CUPY_ATTEND_SPLIT, ENGINE_CUPY_ATTEND_SPLIT_HEADS, ENGINE_CUPY_ATTEND_HEADS_FROM,
         ENGINE_CUPY_ATTEND_TILE and ENGINE_CUPY_GRAPH_ROWS (integers >= 0, default 512, 4,
         128, 64 and 64), ENGINE_CUPY_SILU_EPILOGUE, ENGINE_CUPY_ATTEND_THREAD_SCORES,
-        ENGINE_CUPY_ATTEND_EARLY, ENGINE_CUPY_ATTEND_K_FIRST and ENGINE_CUPY_ATTEND_STORE (0 or
-        1, default 1, 1, 1, 0, 0),
+        ENGINE_CUPY_ATTEND_EARLY, ENGINE_CUPY_ATTEND_K_FIRST, ENGINE_CUPY_ATTEND_CLUSTER and
+        ENGINE_CUPY_ATTEND_STORE (0 or 1, default 1, 1, 1, 0, 0, 0),
         ENGINE_CUPY_WIDE_FROM (rows, default 128; 0: never), ENGINE_CUPY_GEMM (mma, cublas or own,
         default mma); a bad value is one InputError naming the variable."""
         env = os.environ if environ is None else environ

@@ -44,6 +44,8 @@ def test_defaults_and_values_from_the_environment() -> None:
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_EARLY": "0"}).attend_early == 0
     assert CupyOptions.from_environ({}).attend_k_first == 0
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_K_FIRST": "1"}).attend_k_first == 1
+    assert CupyOptions.from_environ({}).attend_cluster == 0
+    assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_CLUSTER": "1"}).attend_cluster == 1
     assert CupyOptions.from_environ({}).attend_store == 0
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_STORE": "1"}).attend_store == 1
     assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_FROM": "1"}).wide_from == 1
