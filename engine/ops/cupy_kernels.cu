@@ -168,21 +168,52 @@ __global__ void embed_norm_concat(const float* table, const long long* ids, cons
 
 // s = a + b, then y = rms_norm(s) (and its bf16 bits where yb is not null): the same float
 // operations in the same order as an elementwise add followed by rms_norm, in one launch.
-// One block per row; the block writes its row of s before it reads it back.
+// One block per row. A thread's first NORM_HELD values stay in registers, with their norm
+// weights, fetched before the wait for the kernel before (weights are no kernel's output);
+// values past NORM_HELD * blockDim (cols over 2048 at 256 threads) are read back from s.
+#define NORM_HELD 8
 __global__ void add_rms_norm(const float* a, const float* b, float* s, const float* w, float* y,
                              unsigned short* yb, int cols, float eps) {
+    float held[NORM_HELD], wk[NORM_HELD];
+#pragma unroll
+    for (int k = 0; k < NORM_HELD; ++k) {
+        const int i = threadIdx.x + k * blockDim.x;
+        wk[k] = i < cols ? __ldg(w + i) : 0.0f;
+    }
     PDL_ENTRY();
     extern __shared__ float red[];
     const long long off = (long long)blockIdx.x * cols;
     float part = 0.0f;
-    for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+#pragma unroll
+    for (int k = 0; k < NORM_HELD; ++k) {
+        const int i = threadIdx.x + k * blockDim.x;
+        held[k] = i < cols ? a[off + i] + b[off + i] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < NORM_HELD; ++k) {
+        const int i = threadIdx.x + k * blockDim.x;
+        if (i < cols) {
+            s[off + i] = held[k];
+            part = part + held[k] * held[k];
+        }
+    }
+    for (int i = threadIdx.x + NORM_HELD * blockDim.x; i < cols; i += blockDim.x) {
         const float v = a[off + i] + b[off + i];
         s[off + i] = v;
         part = part + v * v;
     }
     float var = tree_sum(red, part) / (float)cols;
     float inv = 1.0f / sqrtf(var + eps);
-    for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+#pragma unroll
+    for (int k = 0; k < NORM_HELD; ++k) {
+        const int i = threadIdx.x + k * blockDim.x;
+        if (i < cols) {
+            const float v = (held[k] * inv) * wk[k];
+            y[off + i] = v;
+            if (yb) yb[off + i] = f32_to_bf16(v);
+        }
+    }
+    for (int i = threadIdx.x + NORM_HELD * blockDim.x; i < cols; i += blockDim.x) {
         const float v = (s[off + i] * inv) * w[i];
         y[off + i] = v;
         if (yb) yb[off + i] = f32_to_bf16(v);
