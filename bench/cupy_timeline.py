@@ -39,6 +39,8 @@ def short_name(name: str) -> str:
 def steps_of(kernels: list[Kernel], reps: int) -> list[list[Kernel]]:
     """The trace's kernels (any order) cut into `reps` replays of one step each."""
     ordered = sorted(kernels, key=lambda k: (k[1], k[2]))
+    if not ordered:
+        raise ValueError("the trace holds no kernels (does this CUPTI trace graph launches?)")
     if not reps or len(ordered) % reps:
         raise ValueError(f"{len(ordered)} kernels do not cut into {reps} replays")
     per = len(ordered) // reps

@@ -53,3 +53,8 @@ def test_replays_are_cut_in_start_order_and_averaged() -> None:
 def test_a_trace_that_does_not_cut_into_the_replays_says_so() -> None:
     with pytest.raises(ValueError, match="4 kernels do not cut into 3 replays"):
         timeline.summarize(STEP + [("x", 30.0, 31.0)], reps=3)
+
+
+def test_an_empty_trace_says_so() -> None:
+    with pytest.raises(ValueError, match="no kernels"):
+        timeline.summarize([], reps=2)
