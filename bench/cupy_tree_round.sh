@@ -12,8 +12,8 @@
 # HEAD_ENV (e.g. ENGINE_CUPY_ATTEND_K_FIRST=1) is set for the head's speed runs, the suite and
 # the gates. The gates give it to both sides, so for an option's A/B take as BASE a commit from
 # before the option (which ignores the variable): with BASE == HEAD_REF both sides would run it.
-# ALT_ENV (e.g. ENGINE_CUPY_ATTEND_K_FIRST=1) adds a third speed arm each turn: the head with it
-# (speed only; the tests, suite and gates run without it).
+# ALT_ENV (e.g. "ENGINE_CUPY_ATTEND_K_FIRST=1;ENGINE_CUPY_GRAPHS=0", settings over HEAD_ENV's)
+# adds a speed arm each turn for each ';'-separated set: the head with it (speed only).
 # The base and the gates' trees come from .carry/repo.bundle where present (else this
 # checkout's .git); wheels in .whl (gitpython for the gates) are installed first. Logs in $OUT.
 set -u
@@ -42,6 +42,7 @@ timeout 240 python3 -m pytest -q -p no:cacheprovider tests/engine/test_cupy_atte
     tests/engine/test_cupy_epilogues.py tests/engine/test_cupy_gemm.py \
     "tests/engine/test_cupy_graphs.py::test_graph_decode_equals_eager" \
     "tests/engine/test_cupy_backend.py::test_fused_launches_equal_the_ops_they_replace" \
+    tests/engine/test_cupy_norm_prologue.py \
     > "$OUT/tests.log" 2>&1
 lap "head tests rc=$?: $(tail -1 "$OUT/tests.log")"
 grep -m8 -E "^(FAILED|ERROR)" "$OUT/tests.log"
@@ -57,10 +58,11 @@ for i in $(seq 1 "${ROUND_SPEED_TURNS:-2}"); do
     lap "base #$i $(summ "$OUT/speed-base-$i.log")"
     env $HEAD_ENV timeout 60 python3 bench/cupy_speed.py --streams 1 8 > "$OUT/speed-head-$i.log" 2>&1
     lap "head #$i $(summ "$OUT/speed-head-$i.log")"
-    if [ -n "${ALT_ENV:-}" ]; then
-        env $HEAD_ENV $ALT_ENV timeout 60 python3 bench/cupy_speed.py --streams 1 8 > "$OUT/speed-alt-$i.log" 2>&1
-        lap "head $ALT_ENV #$i $(summ "$OUT/speed-alt-$i.log")"
-    fi
+    IFS=';' read -ra ALTS <<< "${ALT_ENV:-}"
+    for j in "${!ALTS[@]}"; do
+        env $HEAD_ENV ${ALTS[$j]} timeout 60 python3 bench/cupy_speed.py --streams 1 8 > "$OUT/speed-alt$j-$i.log" 2>&1
+        lap "head ${ALTS[$j]} #$i $(summ "$OUT/speed-alt$j-$i.log")"
+    done
 done
 if [ "${ROUND_BENCH:-1}" = 1 ]; then
     env $HEAD_ENV timeout 90 python3 -m engine bench --backend cupy $M --parallel 1,8 --prompt-tokens 16 \

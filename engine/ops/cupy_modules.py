@@ -27,6 +27,7 @@ _SOURCES = (
     "cupy_moe.cu",
     "cupy_gemm.cu",
     "cupy_mma.cu",
+    "cupy_mma_norm.cu",
     "cupy_mma_wide.cu",
 )
 _FS_SOURCES = ("cupy_kernels.cu", "cupy_attend_store.cu", "cupy_attend_stage.cu", "cupy_attend.cu")

@@ -107,6 +107,7 @@ class CupyOps:
                 "moe_route", "moe_gate_up", "moe_down", *cupy_gemm.KERNELS,
                 *cupy_gemm.MMA_KERNELS,
                 *cupy_gemm.WIDE_KERNELS,
+                *cupy_gemm.NORM_KERNELS,
             )
         }  # fmt: skip
         store = bool(self.options.attend_store)
@@ -226,6 +227,11 @@ class CupyOps:
 
     def add_rms_norm(self, a: Any, b: Any, w: Any, eps: float) -> tuple[Any, Any] | None:
         return cupy_norms.add_rms_norm(self, a, b, w, eps)
+
+    def add_norm_silu(
+        self, a: Any, b: Any, norm: Any, eps: float, w: CupyWeight, inter: int
+    ) -> tuple[Any, Any] | None:
+        return cupy_fused_linear.add_norm_silu(self, a, b, norm, eps, w, inter)
 
     def embed_norm_concat(
         self, table: Any, ids: Any, hidden: Any, we: Any, wh: Any, eps: float

@@ -37,6 +37,7 @@ _COUNTS = (
     ("ATTEND_TILE", "attend_tile"),
     ("GRAPH_ROWS", "graph_rows"),
     ("WIDE_FROM", "wide_from"),
+    ("NORM_PROLOGUE", "norm_prologue"),
     *_SWITCHES,
 )
 
@@ -87,6 +88,11 @@ class CupyOptions:
     # 0: qkv_norm_rope_store, then the attention. Measured slower (H100: 1.46 ms a step
     # against 1.27 at 1 stream): off, and its kernels compiled only where it is on (CupyOps)
     attend_store: int = 0
+    # with mma and the SiLU epilogue, a step of at most this many rows (1-8) makes the
+    # residual add and the post-attention RMS norm in the gate/up GEMM's launch, each block
+    # norming the rows itself from their float32 halves (cupy_fused_linear.add_norm_silu;
+    # the same bits). 0: never. Not yet run on a GPU: off
+    norm_prologue: int = 0
     # which GEMM runs the linear layers: "mma" (cupy_mma.cu: tensor cores, any row count),
     # "cublas" (at the fixed row tile) or "own" (cupy_gemm.cu: a warp per output, any row
     # count); each another summation, other bits (docs/cupy.md: mma is the fastest measured)
@@ -113,6 +119,10 @@ class CupyOptions:
             raise InputError(f"ENGINE_CUPY_ATTEND_SPLIT: must be >= 0, got {self.attend_split}")
         if self.attend_tile < 0:
             raise InputError(f"ENGINE_CUPY_ATTEND_TILE: must be >= 0, got {self.attend_tile}")
+        if not 0 <= self.norm_prologue <= 8:
+            raise InputError(
+                f"ENGINE_CUPY_NORM_PROLOGUE: rows from 0 to 8, got {self.norm_prologue}"
+            )
         if self.wide_from < 0:
             raise InputError(f"ENGINE_CUPY_WIDE_FROM: must be >= 0, got {self.wide_from}")
         for name, field in _SWITCHES:
@@ -132,7 +142,8 @@ class CupyOptions:
         ENGINE_CUPY_ATTEND_TILE and ENGINE_CUPY_GRAPH_ROWS (integers >= 0, default 512, 4,
         128, 64 and 64), ENGINE_CUPY_SILU_EPILOGUE, ENGINE_CUPY_ATTEND_THREAD_SCORES,
         ENGINE_CUPY_ATTEND_EARLY, ENGINE_CUPY_ATTEND_K_FIRST, ENGINE_CUPY_ATTEND_CLUSTER and
-        ENGINE_CUPY_ATTEND_STORE (0 or 1, default 1, 1, 1, 0, 0, 0),
+        ENGINE_CUPY_ATTEND_STORE (0 or 1, default 1, 1, 1, 0, 0, 0), ENGINE_CUPY_NORM_PROLOGUE
+        (rows, 0-8, default 0),
         ENGINE_CUPY_WIDE_FROM (rows, default 128; 0: never), ENGINE_CUPY_GEMM (mma, cublas or own,
         default mma); a bad value is one InputError naming the variable."""
         env = os.environ if environ is None else environ
