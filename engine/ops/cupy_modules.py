@@ -32,6 +32,9 @@ _SOURCES = (
 )
 _FS_SOURCES = ("cupy_kernels.cu", "cupy_attend_store.cu", "cupy_attend_stage.cu", "cupy_attend.cu")
 FS_DEFINE = "-DENGINE_ATTEND_FS"
+# options.fewer_waits: the trees' levels under 32 by shuffles, add_rms_norm's values in
+# registers (cupy_kernels.cu); the same bits, compiled in only where asked until measured
+FEWER_WAITS_DEFINE = "-DENGINE_FEWER_WAITS"
 _OPTIONS = ("-std=c++17",)
 
 
@@ -40,11 +43,13 @@ def code_of(sources: tuple[str, ...]) -> str:
     return "\n".join((Path(__file__).parent / f).read_text() for f in sources)
 
 
-def main_module() -> Any:
-    return cp.RawModule(code=code_of(_SOURCES), options=_OPTIONS)
+def main_module(defines: tuple[str, ...] = ()) -> Any:
+    return cp.RawModule(code=code_of(_SOURCES), options=(*_OPTIONS, *defines))
 
 
-def attend_kernels(module: Any, store: bool, clusters: bool) -> dict[tuple[str, int, str], Any]:
+def attend_kernels(
+    module: Any, store: bool, clusters: bool, defines: tuple[str, ...] = ()
+) -> dict[tuple[str, int, str], Any]:
     """The attention kernels of `module` by (kind, head dim, suffix); with `clusters` (a
     Hopper or later device) the split forms as clusters too (`<split>_cl`, compiled there
     only); with `store` the attention that stores (`<split>_fs`, its module compiled here)."""
@@ -57,7 +62,7 @@ def attend_kernels(module: Any, store: bool, clusters: bool) -> dict[tuple[str, 
         if split in ("", "_split") or d <= STAGE_DIMS
     }
     if store:
-        fs = cp.RawModule(code=code_of(_FS_SOURCES), options=(*_OPTIONS, FS_DEFINE))
+        fs = cp.RawModule(code=code_of(_FS_SOURCES), options=(*_OPTIONS, *defines, FS_DEFINE))
         table |= {
             (kind, d, f"{split}_fs"): fs.get_function(f"attend_{kind}_{d}{split}_fs")
             for kind in KINDS

@@ -98,7 +98,8 @@ class CupyOps:
         self.probe = probe
         self._bf16: tuple[Any, Any] | None = None  # (y, its bf16 bits): see _bf16_out
         self.key_block = 0  # attention chunks are head_dim keys long (see the kernel)
-        self.module = cupy_modules.main_module()
+        waits = (cupy_modules.FEWER_WAITS_DEFINE,) if self.options.fewer_waits else ()
+        self.module = cupy_modules.main_module(waits)
         self.k = {
             n: self.module.get_function(n)
             for n in (
@@ -111,7 +112,7 @@ class CupyOps:
             )
         }  # fmt: skip
         store = bool(self.options.attend_store)
-        self.attend_k = cupy_modules.attend_kernels(self.module, store, hopper)
+        self.attend_k = cupy_modules.attend_kernels(self.module, store, hopper, waits)
         self.shared_limit = cupy_attention.shared_limit()
         cupy_attention.allow_shared(self.attend_k, self.shared_limit)
         self.pdl_kernels = pdl_kernels(self.k, self.attend_k)

@@ -28,6 +28,7 @@ _SWITCHES = (
     ("ATTEND_EARLY", "attend_early"),
     ("ATTEND_K_FIRST", "attend_k_first"),
     ("ATTEND_CLUSTER", "attend_cluster"),
+    ("FEWER_WAITS", "fewer_waits"),
     ("ATTEND_STORE", "attend_store"),
 )
 _COUNTS = (
@@ -88,6 +89,11 @@ class CupyOptions:
     # 0: qkv_norm_rope_store, then the attention. Measured slower (H100: 1.46 ms a step
     # against 1.27 at 1 stream): off, and its kernels compiled only where it is on (CupyOps)
     attend_store: int = 0
+    # 1: the module compiled with ENGINE_FEWER_WAITS (cupy_kernels.cu): the trees' levels
+    # under 32 by warp shuffles (4 block-wide barriers fewer a tree at D 64-256) and
+    # add_rms_norm's values in registers, its weights fetched before the wait; the same
+    # bits. Not yet run on a GPU: off
+    fewer_waits: int = 0
     # with mma and the SiLU epilogue, a step of at most this many rows (1-8) makes the
     # residual add and the post-attention RMS norm in the gate/up GEMM's launch, each block
     # norming the rows itself from their float32 halves (cupy_fused_linear.add_norm_silu;
@@ -141,9 +147,9 @@ class CupyOptions:
         ENGINE_CUPY_ATTEND_SPLIT, ENGINE_CUPY_ATTEND_SPLIT_HEADS, ENGINE_CUPY_ATTEND_HEADS_FROM,
         ENGINE_CUPY_ATTEND_TILE and ENGINE_CUPY_GRAPH_ROWS (integers >= 0, default 512, 4,
         128, 64 and 64), ENGINE_CUPY_SILU_EPILOGUE, ENGINE_CUPY_ATTEND_THREAD_SCORES,
-        ENGINE_CUPY_ATTEND_EARLY, ENGINE_CUPY_ATTEND_K_FIRST, ENGINE_CUPY_ATTEND_CLUSTER and
-        ENGINE_CUPY_ATTEND_STORE (0 or 1, default 1, 1, 1, 0, 0, 0), ENGINE_CUPY_NORM_PROLOGUE
-        (rows, 0-8, default 0),
+        ENGINE_CUPY_ATTEND_EARLY, ENGINE_CUPY_ATTEND_K_FIRST, ENGINE_CUPY_ATTEND_CLUSTER,
+        ENGINE_CUPY_FEWER_WAITS and ENGINE_CUPY_ATTEND_STORE (0 or 1, default 1, 1, 1, 0, 0, 0,
+        0), ENGINE_CUPY_NORM_PROLOGUE (rows, 0-8, default 0),
         ENGINE_CUPY_WIDE_FROM (rows, default 128; 0: never), ENGINE_CUPY_GEMM (mma, cublas or own,
         default mma); a bad value is one InputError naming the variable."""
         env = os.environ if environ is None else environ

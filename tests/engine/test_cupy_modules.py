@@ -70,6 +70,18 @@ def test_the_cluster_forms_are_looked_up_on_hopper_only(modules) -> None:  # typ
     assert guarded in main.code and main.code.count("ATTEND_CL(") == 4  # the define, 3 uses
 
 
+def test_fewer_waits_is_a_define_of_every_module(modules) -> None:  # type: ignore[no-untyped-def]
+    """ENGINE_FEWER_WAITS reaches the main module and the store's, whose sources guard both
+    of its forms (the trees and add_rms_norm)."""
+    waits = (modules.FEWER_WAITS_DEFINE,)
+    modules.attend_kernels(modules.main_module(waits), True, True, waits)
+    main, fs = _Module.made
+    assert modules.FEWER_WAITS_DEFINE in main.options and modules.FEWER_WAITS_DEFINE in fs.options
+    assert main.code.count("#ifdef ENGINE_FEWER_WAITS") == 2 and "ENGINE_FEWER_WAITS" in fs.code
+    modules.main_module()
+    assert modules.FEWER_WAITS_DEFINE not in _Module.made[-1].options
+
+
 def test_the_store_is_a_module_of_its_own(modules) -> None:  # type: ignore[no-untyped-def]
     table = modules.attend_kernels(modules.main_module(), True, True)
     main, fs = _Module.made

@@ -46,6 +46,8 @@ def test_defaults_and_values_from_the_environment() -> None:
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_K_FIRST": "1"}).attend_k_first == 1
     assert CupyOptions.from_environ({}).attend_cluster == 0
     assert CupyOptions.from_environ({}).norm_prologue == 0
+    assert CupyOptions.from_environ({}).fewer_waits == 0
+    assert CupyOptions.from_environ({"ENGINE_CUPY_FEWER_WAITS": "1"}).fewer_waits == 1
     assert CupyOptions.from_environ({"ENGINE_CUPY_NORM_PROLOGUE": "8"}).norm_prologue == 8
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_CLUSTER": "1"}).attend_cluster == 1
     assert CupyOptions.from_environ({}).attend_store == 0
