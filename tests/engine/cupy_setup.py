@@ -42,3 +42,18 @@ def assert_same_kv(kvs, layers: int, lanes: list[list[int]], starts: list[int]) 
             a = kvs[0].read_codes(layer, pages, starts[i])
             b = kvs[1].read_codes(layer, pages, starts[i])
             assert all(x is None or x.tobytes() == y.tobytes() for x, y in zip(a, b, strict=True))
+
+
+def count_taken(monkeypatch, module, name: str) -> list[bool]:  # type: ignore[no-untyped-def]
+    """Wrap module.<name> (a fused op that returns None where it does not apply): the list
+    it returns gets, per call, whether the call took the fused path."""
+    taken: list[bool] = []
+    real = getattr(module, name)
+
+    def counted(*args, **kw):  # type: ignore[no-untyped-def]
+        out = real(*args, **kw)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(module, name, counted)
+    return taken

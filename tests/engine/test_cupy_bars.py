@@ -3,16 +3,11 @@ right row, a bar holds only on its side of the target, and a missing figure read
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-SPEC = importlib.util.spec_from_file_location(
-    "cupy_bars", Path(__file__).parents[2] / "bench" / "cupy_bars.py"
-)
-assert SPEC and SPEC.loader
-bars = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(bars)
+from tests.engine.bench_scripts import load_bench
+
+bars = load_bench("cupy_bars")
 
 SPEED = [
     {"engine": "ours (cupy, eager)", "streams": 1, "step_ms": 10.4, "prefill_tok_s": 9.0},

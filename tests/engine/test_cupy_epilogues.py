@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tests.engine.cupy_setup import GPU_ONLY, assert_same_kv, prompt_then_steps
+from tests.engine.cupy_setup import GPU_ONLY, assert_same_kv, count_taken, prompt_then_steps
 
 pytestmark = GPU_ONLY
 
@@ -64,15 +64,7 @@ def test_forward_with_epilogues_equals_without(tmp_path, monkeypatch, spec) -> N
     model.ops.graphs = False
     fused = model.ops.options
     plain = dataclasses.replace(fused, silu_epilogue=0)
-    taken: list[bool] = []
-    real = cupy_fused_linear.linear_silu
-
-    def counted(*args, **kw):  # type: ignore[no-untyped-def]
-        out = real(*args, **kw)
-        taken.append(out is not None)
-        return out
-
-    monkeypatch.setattr(cupy_fused_linear, "linear_silu", counted)
+    taken = count_taken(monkeypatch, cupy_fused_linear, "linear_silu")
     kvs = [model.new_kv(40, 16, "bf16", lanes=8, lane_rows=64) for _ in range(2)]
     rng = np.random.default_rng(11)
     lanes = [[4 * i + j for j in range(4)] for i in range(8)]

@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tests.engine.cupy_setup import GPU_ONLY, assert_same_kv, prompt_then_steps
+from tests.engine.cupy_setup import GPU_ONLY, assert_same_kv, count_taken, prompt_then_steps
 
 pytestmark = GPU_ONLY
 
@@ -66,15 +66,7 @@ def test_forward_with_the_norm_prologue_equals_without(tmp_path, monkeypatch, sp
         model.ops.graphs = graphs
     fused = models[1]
     fused.ops.options = dataclasses.replace(fused.ops.options, norm_prologue=8)
-    taken: list[bool] = []
-    real = cupy_fused_linear.add_norm_silu
-
-    def counted(*args, **kw):  # type: ignore[no-untyped-def]
-        out = real(*args, **kw)
-        taken.append(out is not None)
-        return out
-
-    monkeypatch.setattr(cupy_fused_linear, "add_norm_silu", counted)
+    taken = count_taken(monkeypatch, cupy_fused_linear, "add_norm_silu")
     kvs = [m.new_kv(40, 16, "bf16", lanes=8, lane_rows=64) for m in models]
     rng = np.random.default_rng(11)
     lanes = [[4 * i + j for j in range(4)] for i in range(8)]

@@ -3,17 +3,11 @@ exposed time is what no earlier kernel covers, and exposed plus idle time is the
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SPEC = importlib.util.spec_from_file_location(
-    "cupy_timeline", Path(__file__).parents[2] / "bench" / "cupy_timeline.py"
-)
-assert SPEC and SPEC.loader
-timeline = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(timeline)
+from tests.engine.bench_scripts import load_bench
+
+timeline = load_bench("cupy_timeline")
 
 # one step: a norm, a GEMM started under the norm's tail (PDL), a gap, an attention kernel
 STEP = [

@@ -4,15 +4,9 @@ and the table's filters and base column."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from tests.engine.bench_scripts import load_bench
 
-SPEC = importlib.util.spec_from_file_location(
-    "kernel_frames", Path(__file__).parents[2] / "bench" / "kernel_frames.py"
-)
-assert SPEC and SPEC.loader
-tool = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(tool)
+tool = load_bench("kernel_frames")
 
 LOG = """ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function 'attend_bf16_128_split' for 'sm_90'

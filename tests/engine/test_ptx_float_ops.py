@@ -4,15 +4,9 @@ shuffle tree's order or an fma's constant shows as changed arithmetic."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from tests.engine.bench_scripts import load_bench
 
-SPEC = importlib.util.spec_from_file_location(
-    "ptx_float_ops", Path(__file__).parents[2] / "bench" / "ptx_float_ops.py"
-)
-assert SPEC and SPEC.loader
-tool = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(tool)
+tool = load_bench("ptx_float_ops")
 
 KERNEL = """.visible .entry {name}(
 \t.param .u64 p0
