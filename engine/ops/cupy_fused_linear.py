@@ -60,21 +60,23 @@ def add_norm_silu(
     """(a + b, linear_silu(rms_norm(a + b, norm), w, inter)) in one launch (the
     mma_norm_silu kernels, cupy_mma_norm.cu: each block norms the rows itself, with
     add_rms_norm's operations); None where options.norm_prologue is off or the step does not
-    fit it (more rows than it or NORM_ROWS, not the fitted mma path, shared memory past 48
-    KB). Every block reads the rows' float32 halves: 8 KB a row, against the 2 KB of bf16 a
-    plain GEMM block reads."""
+    fit it (more rows than it or NORM_ROWS, not the fitted mma path, shared memory past the
+    device's limit). Every block reads the rows' float32 halves: 8 KB a row, against the 2 KB
+    of bf16 a plain GEMM block reads."""
     if not ops.options.norm_prologue or not ops.options.silu_epilogue or not _mma(ops, w):
         return None
     if w.n != 2 * inter or a.ndim != 2 or a.shape != b.shape or a.shape[1] != w.k:
         return None
-    if any(t.dtype != F32 or not t.flags.c_contiguous for t in (a, b)):
+    if not all(
+        isinstance(t, cp.ndarray) and t.dtype == F32 and t.flags.c_contiguous for t in (a, b)
+    ):
         return None
     m, k = a.shape
     if not 0 < m <= min(NORM_ROWS, ops.options.norm_prologue) or cupy_gemm.wide(ops, m):
         return None
     slices, nt = cupy_gemm.mma_slices(k), norm_threads(k)
     shared = slices * 16 * 8 * 4 + NORM_ROWS * k * 2 + NORM_ROWS * nt * 4
-    if shared > 48 << 10:
+    if shared > ops.shared_limit:
         return None
     s = cp.empty_like(a)
     y = cp.empty((m, inter), dtype=F32)

@@ -115,6 +115,8 @@ class CupyOps:
         self.attend_k = cupy_modules.attend_kernels(self.module, store, hopper, waits)
         self.shared_limit = cupy_attention.shared_limit()
         cupy_attention.allow_shared(self.attend_k, self.shared_limit)
+        for name in cupy_gemm.NORM_KERNELS:  # its rows take 16 bytes a column (K 4096: 76 KB)
+            self.k[name].max_dynamic_shared_size_bytes = self.shared_limit
         self.pdl_kernels = pdl_kernels(self.k, self.attend_k)
         # the split attention's counters (cupy_attention.py); earlier ones stay alive for the
         # graphs captured with them

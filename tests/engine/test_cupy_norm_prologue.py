@@ -21,10 +21,13 @@ def ops():  # type: ignore[no-untyped-def]
     return CupyOps(probe=False)
 
 
-@pytest.mark.parametrize("k,inter", [(64, 8), (128, 40), (384, 200), (1024, 3072), (2048, 64)])
+@pytest.mark.parametrize(
+    "k,inter", [(64, 8), (128, 40), (384, 200), (1024, 3072), (2048, 64), (4096, 24)]
+)
 def test_add_norm_silu_equals_add_rms_norm_then_linear_silu(ops, monkeypatch, k, inter) -> None:  # type: ignore[no-untyped-def]
     """s, the SiLU-mul rows and their bf16 twin at 1-8 rows, K of 1 to 8 slices and norm
-    blocks of 64 and 256 threads, rows at two scales; 9 rows and the option off: None."""
+    blocks of 64 and 256 threads (K 4096: past 48 KB of shared memory), rows at two scales;
+    9 rows and the option off: None."""
     rng = np.random.default_rng(k + inter)
     w = ops.prepare_linear(rng.standard_normal((2 * inter, k)).astype(np.float32) / np.sqrt(k))
     norm = ops.asarray(rng.standard_normal(k).astype(np.float32))
