@@ -62,7 +62,8 @@ def floor_ms(
 def ours(
     spec: str, streams: int, context: int, steps: int, kind: str, graph: bool, keep: Any = None
 ) -> dict[str, float]:
-    """Step and prefill figures; with a dict `keep`, the decode step's graph in keep["graph"]."""
+    """Step and prefill figures; with a dict `keep`, the decode step's graph in keep["graph"]
+    and the KV memory it reads in keep["kv"] (held, so the graph's buffers stay alive)."""
     import cupy as cp
 
     from engine.model.graph_shape import padded_rows, step_rows

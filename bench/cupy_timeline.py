@@ -10,8 +10,9 @@ Per kernel name, a step's: launches, mean duration on the device, and "exposed" 
 part of its interval that no earlier kernel of the step still covers. The exposed times and
 the idle gaps add up to the step's span, so they say which kernels the step waits on; a
 kernel that runs under its predecessor's tail (PDL) shows its duration but little exposure.
-CUPTI's tracing adds a little to each launch: the spans it reads run a few percent over the
-plain replay (both printed).
+CUPTI's tracing may add to each launch: compare the span it reads with the plain replay
+printed beside it. Whether CUPTI reports graph-launched kernels on a given driver is not yet
+seen here (an empty trace says so).
 """
 
 from __future__ import annotations

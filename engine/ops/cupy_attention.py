@@ -108,8 +108,7 @@ def _split(
     with `fs` (the _fs kernel's heads_in arguments) the fused form."""
     grid, block = (n, hq // form.heads, GROUPS), (d * form.heads,)
     name = form.kernel + ("_fs" if fs else "")
-    cluster = ops.options.attend_cluster and (kind, d, name + "_cl") in ops.attend_k
-    if cluster and not fs:  # a pair's groups as one cluster
+    if ops.options.attend_cluster and (kind, d, name + "_cl") in ops.attend_k:  # not for _fs
         name, part, count = name + "_cl", NULL, NULL
     else:
         part = cp.empty(n * hq * GROUPS * (d + 2), dtype=cp.float32)

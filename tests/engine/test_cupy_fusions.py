@@ -119,7 +119,7 @@ def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-de
             assert (
                 kind,
                 d,
-                choose(n, hq, hkv, d, kind, opts, 1 << 30).kernel + "_cl",
+                choose(n, hq, hkv, d, kind, opts, ops.shared_limit).kernel + "_cl",
             ) in ops.attend_k
         if split:
             assert choose(n, hq, hkv, d, kind, opts, ops.shared_limit).heads == heads
