@@ -42,7 +42,6 @@ timeout 240 python3 -m pytest -q -p no:cacheprovider tests/engine/test_cupy_atte
     tests/engine/test_cupy_epilogues.py tests/engine/test_cupy_gemm.py \
     "tests/engine/test_cupy_graphs.py::test_graph_decode_equals_eager" \
     "tests/engine/test_cupy_backend.py::test_fused_launches_equal_the_ops_they_replace" \
-    tests/engine/test_cupy_norm_prologue.py tests/engine/test_cupy_fewer_waits.py \
     > "$OUT/tests.log" 2>&1
 lap "head tests rc=$?: $(tail -1 "$OUT/tests.log")"
 grep -m8 -E "^(FAILED|ERROR)" "$OUT/tests.log"

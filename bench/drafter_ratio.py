@@ -18,7 +18,9 @@ import argparse
 import json
 import statistics
 import sys
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 from engine.__main__ import build_parser
 from engine.cli.bench_run import Reuse, measure
 from engine.cli.common import load

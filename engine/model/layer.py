@@ -101,20 +101,12 @@ def decoder_block(
     residual add fused with the norm after it where the backend offers it (same bits)."""
     eps = config.rms_norm_eps
     attn = attention_rows(config, ops, layer, h, cos, sin, attend)
-    o = ops.linear(attn, layer.o)
-    inter = config.intermediate_size
-    fused = None
-    if layer.moe is None:  # the add and norm in the gate/up launch, where the backend has it
-        fused = ops.add_norm_silu(x, o, layer.post_norm, eps, layer.gate_up, inter)
-    if fused is not None:
-        x, mid = fused
-        mlp = ops.linear(mid, layer.down)
+    x, h = add_norm(ops, x, ops.linear(attn, layer.o), layer.post_norm, eps)
+    if layer.moe is not None:
+        mlp = ops.moe_ffn(h, layer.moe)
     else:
-        x, h = add_norm(ops, x, o, layer.post_norm, eps)
-        if layer.moe is not None:
-            mlp = ops.moe_ffn(h, layer.moe)
-        else:
-            mlp = ops.linear(gate_up_silu(ops, h, layer.gate_up, inter), layer.down)
+        mid = gate_up_silu(ops, h, layer.gate_up, config.intermediate_size)
+        mlp = ops.linear(mid, layer.down)
     if norm is None:
         return ops.add(x, mlp), None
     return add_norm(ops, x, mlp, norm, eps)

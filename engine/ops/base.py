@@ -164,13 +164,6 @@ class Ops(Protocol):
         where the backend has none (the forward then adds, then norms)."""
         ...
 
-    def add_norm_silu(
-        self, a: Array, b: Array, norm: Array, eps: float, w: Array, inter: int
-    ) -> tuple[Array, Array] | None:
-        """(a + b, linear_silu(rms_norm(a + b, norm), w, inter)) in one fused call with the
-        bits of add_rms_norm then linear_silu, or None where the backend has none."""
-        ...
-
     def linear_silu(self, x: Array, w: Array, inter: int) -> Array | None:
         """silu_mul of linear(x, w)'s two halves (w: the gate rows, then the up rows) in one
         fused call with the bits of the two ops, or None where the backend has none."""

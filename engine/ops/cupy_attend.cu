@@ -57,7 +57,7 @@ __device__ __forceinline__ void attend_finish(const float* ms, const float* ls, 
 // chunk, with the same functions and trees as qkv_norm_rope_store, never read back from
 // memory; and the first block of r's KV head whose group holds key last[r] writes that key's
 // codes into slots[r]. The same codes, the same q, the same arithmetic after.
-template <int KIND, int D, bool SPLIT, int QH = 1, bool FS = false, bool CLUSTER = false>
+template <int KIND, int D, bool SPLIT, int QH = 1, bool FS = false>
 __device__ void attend_paged(const float* q, const void* kc, const void* vc,
                              const signed char* ke, const signed char* ve, const int* ptab,
                              const int* poff, const int* last_pos, float* out,
@@ -65,7 +65,6 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
                              float* part, int* count, int flags, HeadsIn hs = HeadsIn{}) {
     extern __shared__ float sh[];
     static_assert(!FS || (SPLIT && D <= 128), "the fused store needs the staged split form");
-    static_assert(!CLUSTER || (SPLIT && !FS && D <= 128), "clusters merge over the staged codes");
     // a merging split slot's ATT_NG outputs fill its 4 D floats of ps, red, kex, vex
     static_assert(!SPLIT || QH == 1 || ATT_NG <= 4, "split slots merge over 4 D floats");
     // slots of D threads: the pair's groups (one block per pair), or q heads (split)
@@ -220,32 +219,6 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         }
         __syncthreads();
     }
-    if constexpr (CLUSTER) {  // the pair's ATT_NG blocks are one cluster, rank g
-        float* mine = (float*)kst + gb * (D + 2);  // (m, l, acc) over the staged codes, read no more
-        if (t == 0) {
-            mine[0] = m;
-            mine[1] = l;
-        }
-        mine[2 + t] = acc;
-        cluster_sync();  // every group's (m, l, acc) written and visible to group 0's block
-        float* accs = slots + gb * ATT_NG * D;  // as below: over ps, red, kex, vex
-        if (g == 0) {
-            for (int k = 0; k < ATT_NG; ++k) {
-                const float* peer = cluster_peer(mine, k);
-                if (t == 0) {
-                    ms[k] = peer[0];
-                    ls[k] = peer[1];
-                }
-                accs[k * D + t] = peer[2 + t];
-            }
-        }
-        cluster_sync();  // group 0 has read them: the others may leave
-        if (g == 0) {
-            __syncthreads();
-            attend_finish<D>(ms, ls, accs, t, out, outb, ((long long)r * hq + h) * D);
-        }
-        return;
-    }
     if (SPLIT) {  // part[(r, h)]: ATT_NG maxima, ATT_NG sums, then ATT_NG outputs of D
         float* p = part + ((long long)r * hq + h) * ATT_NG * (D + 2);
         if (t == 0) {
@@ -341,20 +314,6 @@ extern "C" {
     SPLIT_HEADS(attend_f32, KIND_F32, D, 2) SPLIT_HEADS(attend_f32, KIND_F32, D, 4)     \
     SPLIT_HEADS(attend_bf16, KIND_BF16, D, 2) SPLIT_HEADS(attend_bf16, KIND_BF16, D, 4) \
     SPLIT_HEADS(attend_fp8, KIND_FP8, D, 2) SPLIT_HEADS(attend_fp8, KIND_FP8, D, 4)
-// attend_<kind>_<D>_split[<QH>]_cl (D <= 128, Hopper and later): the split forms with a
-// pair's ATT_NG group blocks as one cluster, group 0's block merging from the others' shared
-// memory (no counter, no parts in global memory): the same merge, the same bits
-#define SPLIT_CL(NAME, KIND, D, QH, SUFFIX)                                                \
-    __global__ void __cluster_dims__(1, 1, ATT_NG) __launch_bounds__(QH * D)               \
-        NAME##_##D##SUFFIX(ATTEND_ARGS) {                                                  \
-        attend_paged<KIND, D, true, QH, false, true>(ATTEND_PASS);                         \
-    }
-#define ATTEND_CL_KIND(NAME, KIND, D)                                                      \
-    SPLIT_CL(NAME, KIND, D, 1, _split_cl)                                                  \
-    SPLIT_CL(NAME, KIND, D, 2, _split2_cl) SPLIT_CL(NAME, KIND, D, 4, _split4_cl)
-#define ATTEND_CL(D)                                                                       \
-    ATTEND_CL_KIND(attend_f32, KIND_F32, D)                                                \
-    ATTEND_CL_KIND(attend_bf16, KIND_BF16, D) ATTEND_CL_KIND(attend_fp8, KIND_FP8, D)
 // the FS kernels only in a module of their own (-DENGINE_ATTEND_FS, CupyOps with
 // attend_store): measured slower, they cost every other user no compile time
 #ifndef ENGINE_ATTEND_FS
@@ -365,11 +324,6 @@ ATTEND_KERNELS(256)
 ATTEND_SPLIT_HEADS(32)
 ATTEND_SPLIT_HEADS(64)
 ATTEND_SPLIT_HEADS(128)
-#if __CUDA_ARCH__ >= 900
-ATTEND_CL(32)
-ATTEND_CL(64)
-ATTEND_CL(128)
-#endif
 #else
 ATTEND_FS(32)
 ATTEND_FS(64)

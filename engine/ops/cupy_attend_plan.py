@@ -118,5 +118,5 @@ def shared_asks(kind: str, d: int, limit: int) -> dict[str, int]:
     need = {"_split": split_shared(kind, d), "_tile": tile_shared(kind, d, TILE_PAIRS, TILE_PAIRS)}
     need["_tile_ts"] = tile_shared(kind, d, TILE_PAIRS, TILE_PAIRS, thread_scores=True)
     need |= {f"_split{h}": split_shared(kind, d, h) for h in SPLIT_HEADS}
-    need |= {f"{form}{fused}": need[form] for form in SPLIT_FORMS for fused in ("_fs", "_cl")}
+    need |= {f"{form}_fs": need[form] for form in SPLIT_FORMS}
     return {form: min(b, limit) for form, b in need.items() if b > 48 << 10}

@@ -97,26 +97,3 @@ __device__ __forceinline__ void copy_chunk_k_first(const void* kc, const void* v
     copies_sent();
     asm volatile("cp.async.wait_group 1;\n" ::);
 }
-
-// Thread block clusters (Hopper and later): a split launch's ATT_NG group blocks of one pair
-// as one cluster (the `_cl` kernels), merging through each other's shared memory. cluster_sync:
-// every thread of the cluster's blocks arrives (its writes released) and waits (acquiring
-// theirs); cluster_peer: p's place in the shared memory of the cluster's block `rank`.
-__device__ __forceinline__ void cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#else
-    __trap();
-#endif
-}
-
-__device__ __forceinline__ const float* cluster_peer(const float* p, int rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    unsigned long long at;
-    asm volatile("mapa.u64 %0, %1, %2;\n" : "=l"(at) : "l"(p), "r"(rank));
-    return (const float*)at;
-#else
-    __trap();
-    return p;
-#endif
-}

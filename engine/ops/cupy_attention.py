@@ -104,15 +104,11 @@ def _split(
     ops: Any, kind: str, d: int, form: Any, n: int, hq: int, args: tuple, fs: tuple = ()
 ) -> None:
     """A split launch of `form`: one block per key group of `form.heads` q heads, the last
-    of a pair merging (with options.attend_cluster, group 0's block of the pair's cluster);
-    with `fs` (the _fs kernel's heads_in arguments) the fused form."""
+    of a pair merging; with `fs` (the _fs kernel's heads_in arguments) the fused form."""
+    part = cp.empty(n * hq * GROUPS * (d + 2), dtype=cp.float32)
+    count = ops.split_counters(n * hq)
     grid, block = (n, hq // form.heads, GROUPS), (d * form.heads,)
     name = form.kernel + ("_fs" if fs else "")
-    if ops.options.attend_cluster and (kind, d, name + "_cl") in ops.attend_k:  # not for _fs
-        name, part, count = name + "_cl", NULL, NULL
-    else:
-        part = cp.empty(n * hq * GROUPS * (d + 2), dtype=cp.float32)
-        count = ops.split_counters(n * hq)
     ops.attend_k[kind, d, name](
         grid, block, (*args, part, count, split_flags(ops.options), *fs), shared_mem=form.shared
     )

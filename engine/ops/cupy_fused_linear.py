@@ -17,7 +17,6 @@ import numpy as np
 
 from engine.ops import cupy_gemm
 from engine.ops.cupy_launch import or_null
-from engine.ops.cupy_norms import norm_threads
 
 F32 = cp.float32
 
@@ -49,40 +48,3 @@ def linear_silu(ops: Any, x: Any, w: Any, inter: int) -> Any | None:
         kernel = cupy_gemm.mma_kernel("silu", t, w.k)
         ops.k[kernel](grid, (32 * s,), args, shared_mem=s * 16 * 8 * t * 4)
     return y
-
-
-NORM_ROWS = 8  # the norm prologue serves steps of at most one tile of x rows
-
-
-def add_norm_silu(
-    ops: Any, a: Any, b: Any, norm: Any, eps: float, w: Any, inter: int
-) -> tuple[Any, Any] | None:
-    """(a + b, linear_silu(rms_norm(a + b, norm), w, inter)) in one launch (the
-    mma_norm_silu kernels, cupy_mma_norm.cu: each block norms the rows itself, with
-    add_rms_norm's operations); None where options.norm_prologue is off or the step does not
-    fit it (more rows than it or NORM_ROWS, not the fitted mma path, shared memory past the
-    device's limit). Every block reads the rows' float32 halves: 8 KB a row, against the 2 KB
-    of bf16 a plain GEMM block reads."""
-    if not ops.options.norm_prologue or not ops.options.silu_epilogue or not _mma(ops, w):
-        return None
-    if w.n != 2 * inter or a.ndim != 2 or a.shape != b.shape or a.shape[1] != w.k:
-        return None
-    if not all(
-        isinstance(t, cp.ndarray) and t.dtype == F32 and t.flags.c_contiguous for t in (a, b)
-    ):
-        return None
-    m, k = a.shape
-    if not 0 < m <= min(NORM_ROWS, ops.options.norm_prologue) or cupy_gemm.wide(ops, m):
-        return None
-    slices, nt = cupy_gemm.mma_slices(k), norm_threads(k)
-    shared = slices * 16 * 8 * 4 + NORM_ROWS * k * 2 + NORM_ROWS * nt * 4
-    if shared > ops.shared_limit:
-        return None
-    s = cp.empty_like(a)
-    y = cp.empty((m, inter), dtype=F32)
-    short = cupy_gemm.mma_kernel("silu", 1, k) == "mma_silu_1u2"
-    kernel = "mma_norm_silu_1u2" if short else "mma_norm_silu_1"
-    args = (a, b, s, norm, np.float32(eps), np.int32(nt), w.data, y, or_null(ops._bf16_out(y)))
-    sizes = (np.int32(m), np.int32(inter), np.int32(k))
-    ops.k[kernel]((-(-inter // 8), 1), (32 * slices,), (*args, *sizes), shared_mem=shared)
-    return s, y

@@ -28,7 +28,6 @@ MMA_KERNELS = (
     *("mma_gemm_1u6", "mma_gemm_1h", "mma_gemm_1u6h"),
 )
 WIDE_KERNELS = ("mma_wide_gemm", "mma_wide_silu")
-NORM_KERNELS = ("mma_norm_silu_1u2", "mma_norm_silu_1")  # cupy_mma_norm.cu
 WIDE_ROWS, WIDE_THREADS = 64, 128  # x rows and weight rows a block of the wide kernel, threads
 WIDE_SHARED = 3 * 2 * WIDE_ROWS * MMA_CHUNK * 2  # three stages of both tiles, bytes
 

@@ -61,7 +61,6 @@ __device__ __forceinline__ float load_code(const void* codes, long long i, float
     return ldexpf(e4m3_to_f32(((const unsigned char*)codes)[i]), (int)scale_exp);
 }
 
-#ifdef ENGINE_FEWER_WAITS  // options.fewer_waits (cupy_modules.py)
 // Levels s = 16 .. 1 of the trees below in a group's first warp: lane t < s takes op(its
 // value, lane t + s's), by a shuffle where the shared-memory form needs a store, a load and a
 // block-wide barrier a level. The same pairs in the same order: the same bits. Groups of D
@@ -107,36 +106,6 @@ __device__ __forceinline__ float group_max(float* red, int t, int D, float v) {
 __device__ __forceinline__ float group_sum(float* red, int t, int D, float v) {
     return group_tree(red, t, D, v, [](float a, float b) { return __fadd_rn(a, b); });
 }
-
-#else
-// Trees over one group's D values in red[] (D a power of two; t the thread's index in its
-// group); every thread gets red[0]. Every thread of the block calls them the same number of
-// times: their barriers are block-wide.
-__device__ __forceinline__ float group_max(float* red, int t, int D, float v) {
-    red[t] = v;
-    __syncthreads();
-    for (int s = D >> 1; s > 0; s >>= 1) {
-        if (t < s) red[t] = fmaxf(red[t], red[t + s]);
-        __syncthreads();
-    }
-    float out = red[0];
-    __syncthreads();
-    return out;
-}
-
-__device__ __forceinline__ float group_sum(float* red, int t, int D, float v) {
-    red[t] = v;
-    __syncthreads();
-    for (int s = D >> 1; s > 0; s >>= 1) {
-        if (t < s) red[t] = red[t] + red[t + s];
-        __syncthreads();
-    }
-    float out = red[0];
-    __syncthreads();
-    return out;
-}
-
-#endif
 
 // the same trees over the whole block (blockDim.x values)
 __device__ __forceinline__ float tree_sum(float* red, float v) {
@@ -197,7 +166,6 @@ __global__ void embed_norm_concat(const float* table, const long long* ids, cons
              red);
 }
 
-#ifdef ENGINE_FEWER_WAITS
 // s = a + b, then y = rms_norm(s) (and its bf16 bits where yb is not null): the same float
 // operations in the same order as an elementwise add followed by rms_norm, in one launch.
 // One block per row. A thread's first NORM_HELD values stay in registers, with their norm
@@ -251,32 +219,6 @@ __global__ void add_rms_norm(const float* a, const float* b, float* s, const flo
         if (yb) yb[off + i] = f32_to_bf16(v);
     }
 }
-
-#else
-// s = a + b, then y = rms_norm(s) (and its bf16 bits where yb is not null): the same float
-// operations in the same order as an elementwise add followed by rms_norm, in one launch.
-// One block per row; the block writes its row of s before it reads it back.
-__global__ void add_rms_norm(const float* a, const float* b, float* s, const float* w, float* y,
-                             unsigned short* yb, int cols, float eps) {
-    PDL_ENTRY();
-    extern __shared__ float red[];
-    const long long off = (long long)blockIdx.x * cols;
-    float part = 0.0f;
-    for (int i = threadIdx.x; i < cols; i += blockDim.x) {
-        const float v = a[off + i] + b[off + i];
-        s[off + i] = v;
-        part = part + v * v;
-    }
-    float var = tree_sum(red, part) / (float)cols;
-    float inv = 1.0f / sqrtf(var + eps);
-    for (int i = threadIdx.x; i < cols; i += blockDim.x) {
-        const float v = (s[off + i] * inv) * w[i];
-        y[off + i] = v;
-        if (yb) yb[off + i] = f32_to_bf16(v);
-    }
-}
-
-#endif
 
 // x [n, heads, D], cos/sin [n, D/2]: rotate_half as Hugging Face does
 __global__ void rope(const float* x, const float* cos_t, const float* sin_t, float* y,

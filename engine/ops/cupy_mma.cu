@@ -55,21 +55,15 @@ __device__ __forceinline__ void mma_load(uint4* p, uint4* q, uint4* P, uint4* Q,
     }
 }
 
-// No prologue: what mma_slices runs after the wait for the kernel before, by default.
-struct NoPrologue {
-    __device__ __forceinline__ void operator()() const {}
-};
-
 // The block's slice sums of the weight rows at wa (tile rows 0-7, by g) and wb (rows 8-15)
 // over the x rows r0.. (8 T of them): part[slice][x row of the block][weight row], then a
 // barrier. T: tiles of 8 x rows a warp takes; U: chunks a warp loads before its first mma
-// (bytes in flight). Neither changes a sum. XSH: x is in shared memory, made by `pre` (run
-// by every thread after the wait for the kernel before, ending in a barrier).
-template <int T, int U, bool HALF = false, bool XSH = false, typename Pre = NoPrologue>
+// (bytes in flight). Neither changes a sum.
+template <int T, int U, bool HALF = false>
 __device__ __forceinline__ void mma_slices(const unsigned short* __restrict__ x, long long xs,
                                            const unsigned short* __restrict__ wa,
                                            const unsigned short* __restrict__ wb, int r0, int M,
-                                           int K, float* part, Pre pre = Pre{}) {
+                                           int K, float* part) {
     const int S = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int chunks = K / MMA_CHUNK;
@@ -86,7 +80,6 @@ __device__ __forceinline__ void mma_slices(const unsigned short* __restrict__ x,
     uint4 p[U], q[U], P[U], Q[U];
     mma_load<U, HALF>(p, q, P, Q, wa, wb, warp, S, chunks);
     PDL_ENTRY();
-    pre();
     for (int j0 = warp; j0 < chunks; j0 += S * U) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -94,14 +87,7 @@ __device__ __forceinline__ void mma_slices(const unsigned short* __restrict__ x,
             const int c = (j0 + u * S) * MMA_CHUNK;
 #pragma unroll
             for (int i = 0; i < T; ++i) {
-                uint4 xp, xq;
-                if constexpr (XSH) {
-                    xp = *reinterpret_cast<const uint4*>(xr[i] + c);
-                    xq = *reinterpret_cast<const uint4*>(xr[i] + c + 32);
-                } else {
-                    xp = ld16(xr[i] + c);
-                    xq = ld16(xr[i] + c + 32);
-                }
+                const uint4 xp = ld16(xr[i] + c), xq = ld16(xr[i] + c + 32);
                 mma_chunk(acc[i], p[u], q[u], P[u], Q[u], xp, xq);
             }
         }
@@ -155,17 +141,16 @@ __device__ __forceinline__ void mma_gemm(const unsigned short* __restrict__ x, l
 // n0..n0+7 and the up rows of the same outputs, so an output's two sums (each mma_gemm's, in
 // its order) meet in one block, then silu_mul's float operations (cupy_kernels.cu).
 // grid (ceil(I / 8), ceil(M / (8 T))).
-template <int T, int U, bool XSH = false, typename Pre = NoPrologue>
+template <int T, int U>
 __device__ __forceinline__ void mma_silu(const unsigned short* __restrict__ x, long long xs,
                                          const unsigned short* __restrict__ w,
                                          float* __restrict__ y, unsigned short* __restrict__ yb,
-                                         int M, int I, int K, Pre pre = Pre{}) {
+                                         int M, int I, int K) {
     extern __shared__ float part[];
     const int g = (threadIdx.x & 31) >> 2;
     const int n0 = blockIdx.x * 8, r0 = blockIdx.y * 8 * T;
     const long long gate = min(n0 + g, I - 1);
-    mma_slices<T, U, false, XSH, Pre>(x, xs, w + gate * K, w + (I + gate) * K, r0, M, K, part,
-                                      pre);
+    mma_slices<T, U>(x, xs, w + gate * K, w + (I + gate) * K, r0, M, K, part);
     const int tile = 16 * 8 * T;
     for (int e = threadIdx.x; e < 8 * 8 * T; e += blockDim.x) {
         const int j = e & 7, rr = e >> 3, n = n0 + j, r = r0 + rr;

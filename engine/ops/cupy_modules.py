@@ -27,14 +27,10 @@ _SOURCES = (
     "cupy_moe.cu",
     "cupy_gemm.cu",
     "cupy_mma.cu",
-    "cupy_mma_norm.cu",
     "cupy_mma_wide.cu",
 )
 _FS_SOURCES = ("cupy_kernels.cu", "cupy_attend_store.cu", "cupy_attend_stage.cu", "cupy_attend.cu")
 FS_DEFINE = "-DENGINE_ATTEND_FS"
-# options.fewer_waits: the trees' levels under 32 by shuffles, add_rms_norm's values in
-# registers (cupy_kernels.cu); the same bits, compiled in only where asked until measured
-FEWER_WAITS_DEFINE = "-DENGINE_FEWER_WAITS"
 _OPTIONS = ("-std=c++17",)
 
 
@@ -43,26 +39,22 @@ def code_of(sources: tuple[str, ...]) -> str:
     return "\n".join((Path(__file__).parent / f).read_text() for f in sources)
 
 
-def main_module(defines: tuple[str, ...] = ()) -> Any:
-    return cp.RawModule(code=code_of(_SOURCES), options=(*_OPTIONS, *defines))
+def main_module() -> Any:
+    return cp.RawModule(code=code_of(_SOURCES), options=_OPTIONS)
 
 
-def attend_kernels(
-    module: Any, store: bool, clusters: bool, defines: tuple[str, ...] = ()
-) -> dict[tuple[str, int, str], Any]:
-    """The attention kernels of `module` by (kind, head dim, suffix); with `clusters` (a
-    Hopper or later device) the split forms as clusters too (`<split>_cl`, compiled there
-    only); with `store` the attention that stores (`<split>_fs`, its module compiled here)."""
-    cluster = tuple(f"{split}_cl" for split in SPLIT_FORMS) if clusters else ()
+def attend_kernels(module: Any, store: bool) -> dict[tuple[str, int, str], Any]:
+    """The attention kernels of `module` by (kind, head dim, suffix); with `store`, the
+    attention that stores too (`<split>_fs`, its module compiled here)."""
     table = {
         (kind, d, split): module.get_function(f"attend_{kind}_{d}{split}")
         for kind in KINDS
         for d in ATTEND_HEAD_DIMS
-        for split in ("", "_tile", "_tile_ts", *SPLIT_FORMS, *cluster)
+        for split in ("", "_tile", "_tile_ts", *SPLIT_FORMS)
         if split in ("", "_split") or d <= STAGE_DIMS
     }
     if store:
-        fs = cp.RawModule(code=code_of(_FS_SOURCES), options=(*_OPTIONS, *defines, FS_DEFINE))
+        fs = cp.RawModule(code=code_of(_FS_SOURCES), options=(*_OPTIONS, FS_DEFINE))
         table |= {
             (kind, d, f"{split}_fs"): fs.get_function(f"attend_{kind}_{d}{split}_fs")
             for kind in KINDS

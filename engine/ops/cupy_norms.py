@@ -14,7 +14,7 @@ from engine.ops.cupy_launch import or_null
 F32 = cp.float32
 
 
-def norm_threads(cols: int) -> int:
+def _threads(cols: int) -> int:
     """A norm's block: 256 threads, or the power of two at or above a shorter row."""
     return 256 if cols >= 256 else 1 << max(0, (cols - 1).bit_length())
 
@@ -30,7 +30,7 @@ def rms_norm(ops: Any, x: Any, w: Any, eps: float) -> Any:
     y = cp.empty_like(x)
     if rows:
         yb = ops._bf16_out(y)
-        t = norm_threads(cols)
+        t = _threads(cols)
         args = (x, w, y, or_null(yb), np.int32(cols), np.float32(eps))
         ops.k["rms_norm"]((rows,), (t,), args, shared_mem=t * 4)
     return y
@@ -46,7 +46,7 @@ def add_rms_norm(ops: Any, a: Any, b: Any, w: Any, eps: float) -> tuple[Any, Any
     y = cp.empty_like(a)
     if rows:
         yb = ops._bf16_out(y)
-        t = norm_threads(cols)
+        t = _threads(cols)
         args = (a, b, s, w, y, or_null(yb), np.int32(cols), np.float32(eps))
         ops.k["add_rms_norm"]((rows,), (t,), args, shared_mem=t * 4)
     return s, y
@@ -68,7 +68,7 @@ def embed_norm_concat(
     y = cp.empty((n, 2 * cols), dtype=F32)
     if n:
         yb = ops._bf16_out(y)
-        t = norm_threads(cols)
+        t = _threads(cols)
         args = (table, ids, hidden, we, wh, y, or_null(yb), np.int32(cols), np.float32(eps))
         ops.k["embed_norm_concat"]((n,), (t,), args, shared_mem=t * 4)
     return y

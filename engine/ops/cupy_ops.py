@@ -86,9 +86,9 @@ class CupyOps:
 
     def __init__(self, options: CupyOptions | None = None, probe: bool = True) -> None:
         self.options = options or CupyOptions()
-        hopper = int(cp.cuda.Device().compute_capability) >= 90
-        if not hopper:  # griddepcontrol and clusters are Hopper's (PDL_ENTRY: nothing before)
-            self.options = replace(self.options, pdl=False, attend_cluster=0)
+        if self.options.pdl and int(cp.cuda.Device().compute_capability) < 90:
+            # griddepcontrol is Hopper's (PDL_ENTRY compiles to nothing before it)
+            self.options = replace(self.options, pdl=False)
         # the tile changes which GEMM kernel runs, hence the bits: one value per deployment
         self.row_tile = self.options.row_tile
         # steps of up to graph_rows rows replay captured CUDA graphs; False runs them
@@ -98,8 +98,7 @@ class CupyOps:
         self.probe = probe
         self._bf16: tuple[Any, Any] | None = None  # (y, its bf16 bits): see _bf16_out
         self.key_block = 0  # attention chunks are head_dim keys long (see the kernel)
-        waits = (cupy_modules.FEWER_WAITS_DEFINE,) if self.options.fewer_waits else ()
-        self.module = cupy_modules.main_module(waits)
+        self.module = cupy_modules.main_module()
         self.k = {
             n: self.module.get_function(n)
             for n in (
@@ -108,15 +107,11 @@ class CupyOps:
                 "moe_route", "moe_gate_up", "moe_down", *cupy_gemm.KERNELS,
                 *cupy_gemm.MMA_KERNELS,
                 *cupy_gemm.WIDE_KERNELS,
-                *cupy_gemm.NORM_KERNELS,
             )
         }  # fmt: skip
-        store = bool(self.options.attend_store)
-        self.attend_k = cupy_modules.attend_kernels(self.module, store, hopper, waits)
+        self.attend_k = cupy_modules.attend_kernels(self.module, bool(self.options.attend_store))
         self.shared_limit = cupy_attention.shared_limit()
         cupy_attention.allow_shared(self.attend_k, self.shared_limit)
-        for name in cupy_gemm.NORM_KERNELS:  # its rows take 16 bytes a column (K 4096: 76 KB)
-            self.k[name].max_dynamic_shared_size_bytes = self.shared_limit
         self.pdl_kernels = pdl_kernels(self.k, self.attend_k)
         # the split attention's counters (cupy_attention.py); earlier ones stay alive for the
         # graphs captured with them
@@ -230,11 +225,6 @@ class CupyOps:
 
     def add_rms_norm(self, a: Any, b: Any, w: Any, eps: float) -> tuple[Any, Any] | None:
         return cupy_norms.add_rms_norm(self, a, b, w, eps)
-
-    def add_norm_silu(
-        self, a: Any, b: Any, norm: Any, eps: float, w: CupyWeight, inter: int
-    ) -> tuple[Any, Any] | None:
-        return cupy_fused_linear.add_norm_silu(self, a, b, norm, eps, w, inter)
 
     def embed_norm_concat(
         self, table: Any, ids: Any, hidden: Any, we: Any, wh: Any, eps: float

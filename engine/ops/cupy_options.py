@@ -27,8 +27,6 @@ _SWITCHES = (
     ("ATTEND_THREAD_SCORES", "attend_thread_scores"),
     ("ATTEND_EARLY", "attend_early"),
     ("ATTEND_K_FIRST", "attend_k_first"),
-    ("ATTEND_CLUSTER", "attend_cluster"),
-    ("FEWER_WAITS", "fewer_waits"),
     ("ATTEND_STORE", "attend_store"),
 )
 _COUNTS = (
@@ -38,7 +36,6 @@ _COUNTS = (
     ("ATTEND_TILE", "attend_tile"),
     ("GRAPH_ROWS", "graph_rows"),
     ("WIDE_FROM", "wide_from"),
-    ("NORM_PROLOGUE", "norm_prologue"),
     *_SWITCHES,
 )
 
@@ -79,26 +76,11 @@ class CupyOptions:
     # store's kernels (attend_store) ignore it. Not yet run on a GPU (written 2026-12-07 after
     # the session's device time was spent): off
     attend_k_first: int = 0
-    # 1: a split launch's key-group blocks of a (row, q head) pair run as one thread block
-    # cluster (the `_cl` kernels, Hopper and later; CupyOps turns it off before), group 0's
-    # block merging from the others' shared memory: no counter, no partial sums through
-    # global memory; the same merge, the same bits. Not yet run on a GPU: off
-    attend_cluster: int = 0
     # 1: a graph step's split attention launch makes the q/k norms, RoPE and K/V write itself
     # from the qkv rows (cupy_attention.attend_qkv; one launch fewer a layer, the same bits).
     # 0: qkv_norm_rope_store, then the attention. Measured slower (H100: 1.46 ms a step
     # against 1.27 at 1 stream): off, and its kernels compiled only where it is on (CupyOps)
     attend_store: int = 0
-    # 1: the module compiled with ENGINE_FEWER_WAITS (cupy_kernels.cu): the trees' levels
-    # under 32 by warp shuffles (4 block-wide barriers fewer a tree at D 64-256) and
-    # add_rms_norm's values in registers, its weights fetched before the wait; the same
-    # bits. Not yet run on a GPU: off
-    fewer_waits: int = 0
-    # with mma and the SiLU epilogue, a step of at most this many rows (1-8) makes the
-    # residual add and the post-attention RMS norm in the gate/up GEMM's launch, each block
-    # norming the rows itself from their float32 halves (cupy_fused_linear.add_norm_silu;
-    # the same bits). 0: never. Not yet run on a GPU: off
-    norm_prologue: int = 0
     # which GEMM runs the linear layers: "mma" (cupy_mma.cu: tensor cores, any row count),
     # "cublas" (at the fixed row tile) or "own" (cupy_gemm.cu: a warp per output, any row
     # count); each another summation, other bits (docs/cupy.md: mma is the fastest measured)
@@ -125,10 +107,6 @@ class CupyOptions:
             raise InputError(f"ENGINE_CUPY_ATTEND_SPLIT: must be >= 0, got {self.attend_split}")
         if self.attend_tile < 0:
             raise InputError(f"ENGINE_CUPY_ATTEND_TILE: must be >= 0, got {self.attend_tile}")
-        if not 0 <= self.norm_prologue <= 8:
-            raise InputError(
-                f"ENGINE_CUPY_NORM_PROLOGUE: rows from 0 to 8, got {self.norm_prologue}"
-            )
         if self.wide_from < 0:
             raise InputError(f"ENGINE_CUPY_WIDE_FROM: must be >= 0, got {self.wide_from}")
         for name, field in _SWITCHES:
@@ -147,9 +125,8 @@ class CupyOptions:
         ENGINE_CUPY_ATTEND_SPLIT, ENGINE_CUPY_ATTEND_SPLIT_HEADS, ENGINE_CUPY_ATTEND_HEADS_FROM,
         ENGINE_CUPY_ATTEND_TILE and ENGINE_CUPY_GRAPH_ROWS (integers >= 0, default 512, 4,
         128, 64 and 64), ENGINE_CUPY_SILU_EPILOGUE, ENGINE_CUPY_ATTEND_THREAD_SCORES,
-        ENGINE_CUPY_ATTEND_EARLY, ENGINE_CUPY_ATTEND_K_FIRST, ENGINE_CUPY_ATTEND_CLUSTER,
-        ENGINE_CUPY_FEWER_WAITS and ENGINE_CUPY_ATTEND_STORE (0 or 1, default 1, 1, 1, 0, 0, 0,
-        0), ENGINE_CUPY_NORM_PROLOGUE (rows, 0-8, default 0),
+        ENGINE_CUPY_ATTEND_EARLY, ENGINE_CUPY_ATTEND_K_FIRST and ENGINE_CUPY_ATTEND_STORE (0 or
+        1, default 1, 1, 1, 0, 0),
         ENGINE_CUPY_WIDE_FROM (rows, default 128; 0: never), ENGINE_CUPY_GEMM (mma, cublas or own,
         default mma); a bad value is one InputError naming the variable."""
         env = os.environ if environ is None else environ

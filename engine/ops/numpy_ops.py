@@ -147,9 +147,6 @@ class NumpyOps:
     def linear_silu(self, *x_gate_up: object) -> None:
         return None  # not fused: linear, then silu_mul
 
-    def add_norm_silu(self, *sum_norm_gate_up: object) -> None:
-        return None  # not fused: add_rms_norm, then linear_silu
-
     def qk_norm_rope(self, *qkv_heads_norms_rope: object) -> None:
         return None  # not fused: the forward norms and ropes q and k op by op
 

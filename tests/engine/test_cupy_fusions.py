@@ -71,14 +71,11 @@ def test_norm_rope_store_equals_norm_rope_then_store(ops, kind) -> None:  # type
         assert _codes(two, 0) == _codes(one, 0)  # the other layer untouched
 
 
-@pytest.mark.parametrize(
-    "early,k_first,cluster",
-    [(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0), (0, 0, 1), (1, 0, 1), (1, 1, 1)],
-)
+@pytest.mark.parametrize("early,k_first", [(0, 0), (1, 0), (0, 1), (1, 1)])
 @pytest.mark.parametrize("heads", [1, 2, 4])
 @pytest.mark.parametrize("kind", ["f32", "bf16"])
 def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-def]
-    ops, monkeypatch, kind, heads, early, k_first, cluster
+    ops, monkeypatch, kind, heads, early, k_first
 ) -> None:
     """The split launch (its last block merging; a block of 1, 2 or 4 q heads of one KV
     head, the chunk staged once for them) == the one-block-per-pair launch, launch after
@@ -86,8 +83,7 @@ def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-de
     same counters elect again (all counters read zero after each). With `early` the first
     chunk's keys up to last - n are sent before the wait: whole chunks (row 300, group 0),
     part of one (rows 127, 128 and 300), none (row 0; row 128's second group). With
-    `k_first` each chunk's K codes are waited for before scoring, its V codes after. With
-    `cluster` (Hopper) a pair's group blocks are one cluster, group 0's merging."""
+    `k_first` each chunk's K codes are waited for before scoring, its V codes after."""
     import cupy as cp
 
     from engine.ops.cupy_attend_plan import choose
@@ -112,15 +108,8 @@ def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-de
             attend_heads_from=1,
             attend_early=early,
             attend_k_first=k_first,
-            attend_cluster=cluster,
         )
         monkeypatch.setattr(ops, "options", opts)
-        if split and cluster:
-            assert (
-                kind,
-                d,
-                choose(n, hq, hkv, d, kind, opts, ops.shared_limit).kernel + "_cl",
-            ) in ops.attend_k
         if split:
             assert choose(n, hq, hkv, d, kind, opts, ops.shared_limit).heads == heads
         out = ops.attend(kind, q, kv.k[0], kv.v[0], None, None, meta)

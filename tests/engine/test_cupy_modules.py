@@ -43,7 +43,7 @@ def modules(monkeypatch):  # type: ignore[no-untyped-def]
 
 
 def test_every_form_the_plan_chooses_has_its_kernel(modules) -> None:  # type: ignore[no-untyped-def]
-    table = modules.attend_kernels(modules.main_module(), False, False)
+    table = modules.attend_kernels(modules.main_module(), store=False)
     opts = [CupyOptions(), CupyOptions(attend_thread_scores=0), CupyOptions(attend_heads_from=0)]
     for kind in ("f32", "bf16", "fp8"):
         for d in ATTEND_HEAD_DIMS:
@@ -52,38 +52,12 @@ def test_every_form_the_plan_chooses_has_its_kernel(modules) -> None:  # type: i
                     for o in opts:
                         form = choose(n, hq, hkv, d, kind, o, 227 << 10)
                         assert (kind, d, form.kernel) in table, (kind, d, n, hq, hkv, form)
-    assert not any(k[2].endswith(("_fs", "_cl")) for k in table)
+    assert not any(k[2].endswith("_fs") for k in table)
     assert len(_Module.made) == 1  # the store's module is not compiled
 
 
-def test_the_cluster_forms_are_looked_up_on_hopper_only(modules) -> None:  # type: ignore[no-untyped-def]
-    """On a Hopper device every split form has its `_cl` twin (options.attend_cluster picks
-    it), defined in the source under the Hopper guard (compiled for sm_90 and later only)."""
-    table = modules.attend_kernels(modules.main_module(), False, True)
-    (main,) = _Module.made
-    for kind in ("f32", "bf16", "fp8"):
-        for d in (32, 64, 128):
-            for split in ("_split", "_split2", "_split4"):
-                assert (kind, d, split + "_cl") in table
-    assert not any(k[2].endswith("_cl") for k in table if k[1] > 128)
-    guarded = "#if __CUDA_ARCH__ >= 900\nATTEND_CL(32)\nATTEND_CL(64)\nATTEND_CL(128)\n#endif"
-    assert guarded in main.code and main.code.count("ATTEND_CL(") == 4  # the define, 3 uses
-
-
-def test_fewer_waits_is_a_define_of_every_module(modules) -> None:  # type: ignore[no-untyped-def]
-    """ENGINE_FEWER_WAITS reaches the main module and the store's, whose sources guard both
-    of its forms (the trees and add_rms_norm)."""
-    waits = (modules.FEWER_WAITS_DEFINE,)
-    modules.attend_kernels(modules.main_module(waits), True, True, waits)
-    main, fs = _Module.made
-    assert modules.FEWER_WAITS_DEFINE in main.options and modules.FEWER_WAITS_DEFINE in fs.options
-    assert main.code.count("#ifdef ENGINE_FEWER_WAITS") == 2 and "ENGINE_FEWER_WAITS" in fs.code
-    modules.main_module()
-    assert modules.FEWER_WAITS_DEFINE not in _Module.made[-1].options
-
-
 def test_the_store_is_a_module_of_its_own(modules) -> None:  # type: ignore[no-untyped-def]
-    table = modules.attend_kernels(modules.main_module(), True, True)
+    table = modules.attend_kernels(modules.main_module(), store=True)
     main, fs = _Module.made
     assert modules.FS_DEFINE in fs.options and modules.FS_DEFINE not in main.options
     assert all(name.endswith("_fs") for name in fs.names)

@@ -44,12 +44,6 @@ def test_defaults_and_values_from_the_environment() -> None:
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_EARLY": "0"}).attend_early == 0
     assert CupyOptions.from_environ({}).attend_k_first == 0
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_K_FIRST": "1"}).attend_k_first == 1
-    assert CupyOptions.from_environ({}).attend_cluster == 0
-    assert CupyOptions.from_environ({}).norm_prologue == 0
-    assert CupyOptions.from_environ({}).fewer_waits == 0
-    assert CupyOptions.from_environ({"ENGINE_CUPY_FEWER_WAITS": "1"}).fewer_waits == 1
-    assert CupyOptions.from_environ({"ENGINE_CUPY_NORM_PROLOGUE": "8"}).norm_prologue == 8
-    assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_CLUSTER": "1"}).attend_cluster == 1
     assert CupyOptions.from_environ({}).attend_store == 0
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_STORE": "1"}).attend_store == 1
     assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_FROM": "1"}).wide_from == 1
@@ -79,9 +73,6 @@ def test_defaults_and_values_from_the_environment() -> None:
         ({"ENGINE_CUPY_ATTEND_K_FIRST": "2"}, "ENGINE_CUPY_ATTEND_K_FIRST"),
         ({"ENGINE_CUPY_ATTEND_STORE": "on"}, "ENGINE_CUPY_ATTEND_STORE"),
         ({"ENGINE_CUPY_ATTEND_STORE": "2"}, "ENGINE_CUPY_ATTEND_STORE"),
-        ({"ENGINE_CUPY_ATTEND_CLUSTER": "2"}, "ENGINE_CUPY_ATTEND_CLUSTER"),
-        ({"ENGINE_CUPY_NORM_PROLOGUE": "9"}, "ENGINE_CUPY_NORM_PROLOGUE"),
-        ({"ENGINE_CUPY_NORM_PROLOGUE": "all"}, "ENGINE_CUPY_NORM_PROLOGUE"),
     ],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], name: str) -> None:
