@@ -241,7 +241,7 @@ class Progress:
                 f"[gates] arms {self.done}/{self.total} done, {self.total - self.done} left"
                 f" ({self.cached} cached, {self.crashed} crashed, "
                 f"{time.monotonic() - self.t0:.0f}s) · {label}: {state} "
-                f"{result.wall_s:.1f}s"
+                f"{result.wall_s:.1f}s{crash_note(result)}"
             )
             if self.tty:
                 self.stream.write("\r\033[K" + line)
@@ -250,6 +250,16 @@ class Progress:
             else:
                 self.stream.write(line + "\n")
             self.stream.flush()
+
+
+def crash_note(result: ArmRun, width: int = 200) -> str:
+    """Why a crashed arm crashed, for its progress line (a run cut short keeps no receipt):
+    its reason and the last line of its stderr."""
+    if result.ok:
+        return ""
+    lines = [ln.strip() for ln in result.stderr_tail.splitlines() if ln.strip()]
+    why = "; ".join(x for x in (result.reason, lines[-1] if lines else "") if x)
+    return f": {why[:width]}" if why else ""
 
 
 def _started(job: ArmJob, live: set[subprocess.Popen], device: str | None) -> ArmRun:

@@ -127,3 +127,21 @@ def test_jobs_on_a_cuda_backend_is_arms_per_gpu(monkeypatch):
     assert workers({"cupy"}, None) == (2, ["0", "1"])
     assert workers({"cupy"}, 3) == (6, ["0", "1", "0", "1", "0", "1"])
     assert workers({"numpy"}, 3) == (3, None)
+
+
+def test_a_crashed_arms_progress_line_says_why() -> None:
+    """A run cut short writes no receipt: the progress line is where a crash's cause shows."""
+    import io
+
+    from gates.run.execute import Progress
+    from gates.run.results import ArmRun
+
+    stream = io.StringIO()
+    progress = Progress(total=2, cached=0, stream=stream)
+    tail = "Traceback (most recent call last):\n  ...\nRuntimeError: CUDA out of memory\n\n"
+    crashed = ArmRun(status=Status.CRASHED, reason="engine exited 1", wall_s=1.6, stderr_tail=tail)
+    progress.update("head: kv=fp8 p=1", crashed)
+    progress.update("base: kv=fp8 p=1", ArmRun(status=Status.OK, wall_s=2.0))
+    first, second = stream.getvalue().splitlines()
+    assert first.endswith("CRASHED 1.6s: engine exited 1; RuntimeError: CUDA out of memory")
+    assert second.endswith("· base: kv=fp8 p=1: ok 2.0s")
