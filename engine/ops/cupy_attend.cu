@@ -21,6 +21,32 @@ __device__ __forceinline__ void attend_finish(const float* ms, const float* ls, 
     if (outb) outb[at + t] = f32_to_bf16(o);  // the o GEMM's input
 }
 
+// Keys jb .. jb + ATT_GV - 1 of a chunk's value pass, all of them in the chunk (options.
+// attend_value_runs): the guarded loop's float operations in its order, without its tests
+// a key, the weights ps[] read four at a time (ps + jb is 16-byte aligned: jb is a multiple
+// of ATT_GV, ps a multiple of D floats into the block's shared memory).
+template <int KIND, int D, bool STAGE>
+__device__ __forceinline__ void value_run(float* a, const float* ps, const void* vread,
+                                          const int* rows, const float* vex, int jb, int t) {
+    float vals[ATT_GV];
+#pragma unroll
+    for (int gg = 0; gg < ATT_GV; ++gg) {
+        const int jj = jb + gg;
+        const float ex = KIND == KIND_FP8 ? vex[jj] : 0.0f;
+        const long long at = (STAGE ? (long long)jj : (long long)rows[jj]) * D + t;
+        vals[gg] = load_code<KIND>(vread, at, ex);
+    }
+    const float4* w = reinterpret_cast<const float4*>(ps + jb);
+#pragma unroll
+    for (int k = 0; k < ATT_GV / 4; ++k) {
+        const float4 p = w[k];
+        a[4 * k] = a[4 * k] + p.x * vals[4 * k];
+        a[4 * k + 1] = a[4 * k + 1] + p.y * vals[4 * k + 1];
+        a[4 * k + 2] = a[4 * k + 2] + p.z * vals[4 * k + 2];
+        a[4 * k + 3] = a[4 * k + 3] + p.w * vals[4 * k + 3];
+    }
+}
+
 // Causal attention of q [n, Hq, D] over keys stored in pages, one block per (row, q head) of
 // ATT_NG groups of D threads (D = head_dim, a template parameter: 32, 64, 128 or 256, so the
 // loops over a lane's dims unroll and a warp issues the loads of G keys before it sums any:
@@ -96,6 +122,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
     const int r = blockIdx.x, h = SPLIT ? blockIdx.y * QH + gb : blockIdx.y, kvh = h / (hq / hkv);
     const bool early = flags & ATT_EARLY;
     const bool k_first = STAGE && !FS && (flags & ATT_K_FIRST);  // the same for the whole block
+    const bool value_runs = flags & ATT_VALUE_RUNS;
     if (!(STAGE && early)) PDL_ENTRY();
     const int* pages = ptab + poff[r];  // the step's inputs: no kernel writes them
     const int last = last_pos[r];
@@ -200,6 +227,10 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
 #pragma unroll
             for (int gg = 0; gg < ATT_GV; ++gg) a[gg] = 0.0f;
             for (int jb = 0; jb < cn; jb += ATT_GV) {
+                if (value_runs && jb + ATT_GV <= cn) {  // the same for the whole block
+                    value_run<KIND, D, STAGE>(a, ps, vread, rows, vex, jb, t);
+                    continue;
+                }
                 float vals[ATT_GV];
 #pragma unroll
                 for (int gg = 0; gg < ATT_GV; ++gg) {

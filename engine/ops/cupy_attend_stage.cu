@@ -33,10 +33,12 @@ __device__ __forceinline__ void copies_done() {
     copies_waited();
 }
 
-// bits of a split launch's `flags`: early copies (options.attend_early), K before V
-// (options.attend_k_first)
+// bits of an attention launch's `flags`: early copies (options.attend_early), K before V
+// (options.attend_k_first), both for split launches; the value pass by runs
+// (options.attend_value_runs, cupy_attend.cu value_run)
 #define ATT_EARLY 1
 #define ATT_K_FIRST 2
+#define ATT_VALUE_RUNS 4
 
 // bytes of one stored code: f32, bf16, fp8 (e4m3)
 template <int KIND>

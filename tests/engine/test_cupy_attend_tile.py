@@ -68,7 +68,9 @@ def _rows(rng: np.random.Generator, pages: int, page_rows: int, shared: bool):  
     return ptab, poff, last
 
 
-def _attend(ops, monkeypatch, tile: int, split: int, *args, ts: int = 0, k_first: int = 0):  # type: ignore[no-untyped-def]
+def _attend(  # type: ignore[no-untyped-def]
+    ops, monkeypatch, tile: int, split: int, *args, ts: int = 0, k_first: int = 0, runs: int = 0
+):
     """ops.attend(kind, q, kc, vc, ke, ve, meta) = args under these options: its output's
     bytes and its bf16 twin's."""
     opts = dataclasses.replace(
@@ -77,6 +79,7 @@ def _attend(ops, monkeypatch, tile: int, split: int, *args, ts: int = 0, k_first
         attend_split=split,
         attend_thread_scores=ts,
         attend_k_first=k_first,
+        attend_value_runs=runs,
     )
     monkeypatch.setattr(ops, "options", opts)
     out = ops.attend(*args)
@@ -92,7 +95,8 @@ def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared, 
     larger drives some weights below float's range); and a row's bits stay when the rows are
     shuffled (other tile neighbours) or when it is alone. ts: the tile kernel's scores a key
     a thread (attend_thread_scores). The split launch also with a chunk's K codes waited for
-    before its V codes (attend_k_first)."""
+    before its V codes (attend_k_first); the split and pair launches with the value pass by
+    runs (attend_value_runs)."""
     import cupy as cp
 
     from engine.ops.cupy_attend_plan import choose
@@ -117,6 +121,8 @@ def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared, 
         assert tiled == _attend(ops, monkeypatch, 0, 0, *args), (d, hq, hkv)
         assert tiled == _attend(ops, monkeypatch, 0, 10**6, *args), (d, hq, hkv)
         assert tiled == _attend(ops, monkeypatch, 0, 10**6, *args, k_first=1), (d, hq, hkv)
+        assert tiled == _attend(ops, monkeypatch, 0, 10**6, *args, runs=1), (d, hq, hkv)
+        assert tiled == _attend(ops, monkeypatch, 0, 0, *args, runs=1), (d, hq, hkv)
         out = np.frombuffer(tiled[0], dtype=np.float32).reshape(n, hq, d)
         order = rng.permutation(n)
         meta2 = (meta[0], cp.asarray(poff[order]), cp.asarray(last[order]), page_rows)

@@ -71,11 +71,13 @@ def test_norm_rope_store_equals_norm_rope_then_store(ops, kind) -> None:  # type
         assert _codes(two, 0) == _codes(one, 0)  # the other layer untouched
 
 
-@pytest.mark.parametrize("early,k_first", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize(
+    "early,k_first,runs", [(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0), (1, 0, 1), (0, 1, 1)]
+)
 @pytest.mark.parametrize("heads", [1, 2, 4])
 @pytest.mark.parametrize("kind", ["f32", "bf16"])
 def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-def]
-    ops, monkeypatch, kind, heads, early, k_first
+    ops, monkeypatch, kind, heads, early, k_first, runs
 ) -> None:
     """The split launch (its last block merging; a block of 1, 2 or 4 q heads of one KV
     head, the chunk staged once for them) == the one-block-per-pair launch, launch after
@@ -83,7 +85,9 @@ def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-de
     same counters elect again (all counters read zero after each). With `early` the first
     chunk's keys up to last - n are sent before the wait: whole chunks (row 300, group 0),
     part of one (rows 127, 128 and 300), none (row 0; row 128's second group). With
-    `k_first` each chunk's K codes are waited for before scoring, its V codes after."""
+    `k_first` each chunk's K codes are waited for before scoring, its V codes after. With
+    `runs` the value pass takes whole runs of keys untested (chunks of 1, 45, 128 keys: no
+    run, a run and a tail, all runs), split and pair alike, against the pair form without."""
     import cupy as cp
 
     from engine.ops.cupy_attend_plan import choose
@@ -100,7 +104,7 @@ def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-de
     meta = (ptab, cp.zeros(n, dtype=cp.int32), last, page_rows)
     q = cp.asarray(rng.standard_normal((n, hq, d)).astype(np.float32))
     got = {}
-    for split in (0, 10**6, 10**6, 10**6):
+    for split, value_runs in ((0, 0), (10**6, runs), (10**6, runs), (10**6, runs), (0, runs)):
         opts = dataclasses.replace(
             ops.options,
             attend_split=split,
@@ -108,6 +112,7 @@ def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-de
             attend_heads_from=1,
             attend_early=early,
             attend_k_first=k_first,
+            attend_value_runs=value_runs,
         )
         monkeypatch.setattr(ops, "options", opts)
         if split:
@@ -116,7 +121,7 @@ def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-de
         twin = ops._bf16[1]
         got.setdefault(split, []).append((out.tobytes(), twin.tobytes()))
         assert not bool(ops.split_counters(1).any())
-    assert all(g == got[0][0] for g in got[10**6])
+    assert all(g == got[0][0] for g in got[10**6] + got[0])
 
 
 def _bf16_bits(x: np.ndarray) -> np.ndarray:
