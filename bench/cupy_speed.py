@@ -63,7 +63,8 @@ def ours(
     spec: str, streams: int, context: int, steps: int, kind: str, graph: bool, keep: Any = None
 ) -> dict[str, float]:
     """Step and prefill figures; with a dict `keep`, the decode step's graph in keep["graph"]
-    and the KV memory it reads in keep["kv"] (held, so the graph's buffers stay alive)."""
+    and the KV memory it reads in keep["kv"] (held, so the graph's buffers stay alive), its
+    CupyOps in keep["ops"]."""
     import cupy as cp
 
     from engine.model.graph_shape import padded_rows, step_rows
@@ -113,7 +114,7 @@ def ours(
         g = model.ops.step_graph(kv, step_key(model, rows, (), logit_rows))
         extra["replay_ms"] = g.replay_ms()
         if keep is not None:
-            keep["graph"], keep["kv"] = g, kv
+            keep["graph"], keep["kv"], keep["ops"] = g, kv, model.ops
     return {
         **extra,
         "step_ms": step,

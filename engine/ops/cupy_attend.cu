@@ -123,7 +123,12 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
     const bool early = flags & ATT_EARLY;
     const bool k_first = STAGE && !FS && (flags & ATT_K_FIRST);  // the same for the whole block
     const bool value_runs = flags & ATT_VALUE_RUNS;
-    if (!(STAGE && early)) PDL_ENTRY();
+    ATT_PHASE(8);
+    ATT_PHASE(0);
+    if (!(STAGE && early)) {
+        PDL_ENTRY();
+        ATT_PHASE(1);
+    }
     const int* pages = ptab + poff[r];  // the step's inputs: no kernel writes them
     const int last = last_pos[r];
     // keys before `fresh` are older than this step: with FS exactly (keys fresh .. last are
@@ -139,6 +144,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
             copy_chunk<KIND, D>(kc, vc, rows0, sent, QH * D, kst, vst, 0, false);
         }
         PDL_ENTRY();
+        ATT_PHASE(1);
         __syncthreads();  // rows0 is read by those copies before the loop writes it again
     }
     if (FS) {
@@ -167,6 +173,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
                 copy_chunk<KIND, D>(kc, vc, rows0, FS ? min(cn, max(0, fresh - c0)) : cn, QH * D,
                                     kst, vst, it ? 0 : sent);
             __syncthreads();
+            ATT_PHASE(2);
             if (FS) {
                 make_keys<KIND, D>(hs, r, c0, fresh, last, kvh, hq, hkv, t, gb == 0,
                                    blockIdx.y * QH == kvh * (hq / hkv), kc, vc, ke, ve, kst, vst,
@@ -209,6 +216,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
             }
         }
         __syncthreads();
+        ATT_PHASE(3);
         const bool seen = live && j <= last;
         const float s = seen ? ps[t] : NEG_INF;
         const float chunk_max = group_max(red, t, D, s);  // every group joins the barriers
@@ -216,6 +224,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         const float p = seen ? expf(s - m_new) : 0.0f;
         ps[t] = p;
         const float psum = group_sum(red, t, D, p);  // its barriers order ps[] for the reads below
+        ATT_PHASE(4);
         if (k_first) {  // the chunk's V codes, sent after its K codes, landed and seen
             if (live) copies_waited();
             __syncthreads();
@@ -250,6 +259,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         }
         __syncthreads();
     }
+    ATT_PHASE(5);
     if (SPLIT) {  // part[(r, h)]: ATT_NG maxima, ATT_NG sums, then ATT_NG outputs of D
         float* p = part + ((long long)r * hq + h) * ATT_NG * (D + 2);
         if (t == 0) {
@@ -266,6 +276,8 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         if (t == 0) elected[0] = atomicAdd(count + (long long)r * hq + h, 1) == ATT_NG - 1;
         __syncthreads();
         const bool merge = elected[0] != 0;
+        ATT_PHASE(6);
+        ATT_PHASE(10, merge);
         // a merging slot's ATT_NG outputs over ps, red, kex, vex (4 D floats a slot, no
         // longer read by any slot); every thread reaches the barrier below
         float* accs = slots + gb * ATT_NG * D;
@@ -282,6 +294,8 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
             attend_finish<D>(ms, ls, accs, t, out, outb, ((long long)r * hq + h) * D);
             if (t == 0) count[(long long)r * hq + h] = 0;
         }
+        ATT_PHASE(7);
+        ATT_PHASE(9);
         return;
     }
     if (t == 0) {

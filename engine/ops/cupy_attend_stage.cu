@@ -33,6 +33,27 @@ __device__ __forceinline__ void copies_done() {
     copies_waited();
 }
 
+// ENGINE_ATTEND_PHASES (bench/cupy_attend_phases.py only; never in the engine's modules): each
+// block's thread 0 writes clock64() at the attention's phase boundaries k = 0..7, globaltimer
+// at its start (8) and end (9) and whether it merged (10) into attend_phase_log[block][k]. Off,
+// ATT_PHASE is nothing and the kernels are what they are without it.
+#ifdef ENGINE_ATTEND_PHASES
+#define ATT_PHASES 12
+#define ATT_PHASE_BLOCKS 8192
+__device__ long long attend_phase_log[ATT_PHASE_BLOCKS * ATT_PHASES];
+__device__ __forceinline__ void att_phase(int k, long long value = -1) {
+    const long long b = ((long long)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    if (threadIdx.x != 0 || b >= ATT_PHASE_BLOCKS) return;
+    long long v = value;
+    if (k == 8 || k == 9) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v));
+    else if (k < 8) v = clock64();
+    attend_phase_log[b * ATT_PHASES + k] = v;
+}
+#define ATT_PHASE(...) att_phase(__VA_ARGS__)
+#else
+#define ATT_PHASE(...)
+#endif
+
 // bits of an attention launch's `flags`: early copies (options.attend_early), K before V
 // (options.attend_k_first), both for split launches; the value pass by runs
 // (options.attend_value_runs, cupy_attend.cu value_run)

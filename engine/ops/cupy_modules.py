@@ -32,6 +32,9 @@ _SOURCES = (
 _FS_SOURCES = ("cupy_kernels.cu", "cupy_attend_store.cu", "cupy_attend_stage.cu", "cupy_attend.cu")
 FS_DEFINE = "-DENGINE_ATTEND_FS"
 _OPTIONS = ("-std=c++17",)
+# defines of diagnostic builds (bench/cupy_attend_phases.py sets ENGINE_ATTEND_PHASES before it
+# makes its CupyOps); the engine never sets one
+DIAGNOSTIC_DEFINES: list[str] = []
 
 
 def code_of(sources: tuple[str, ...]) -> str:
@@ -40,7 +43,7 @@ def code_of(sources: tuple[str, ...]) -> str:
 
 
 def main_module() -> Any:
-    return cp.RawModule(code=code_of(_SOURCES), options=_OPTIONS)
+    return cp.RawModule(code=code_of(_SOURCES), options=(*_OPTIONS, *DIAGNOSTIC_DEFINES))
 
 
 def attend_kernels(module: Any, store: bool) -> dict[tuple[str, int, str], Any]:
@@ -54,7 +57,9 @@ def attend_kernels(module: Any, store: bool) -> dict[tuple[str, int, str], Any]:
         if split in ("", "_split") or d <= STAGE_DIMS
     }
     if store:
-        fs = cp.RawModule(code=code_of(_FS_SOURCES), options=(*_OPTIONS, FS_DEFINE))
+        fs = cp.RawModule(
+            code=code_of(_FS_SOURCES), options=(*_OPTIONS, *DIAGNOSTIC_DEFINES, FS_DEFINE)
+        )
         table |= {
             (kind, d, f"{split}_fs"): fs.get_function(f"attend_{kind}_{d}{split}_fs")
             for kind in KINDS

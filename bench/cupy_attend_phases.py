@@ -1,0 +1,134 @@
+"""Where a decode step's attention launch spends its time, phase by phase, inside the step's
+CUDA graph: the attention kernels compiled with ENGINE_ATTEND_PHASES (cupy_attend_stage.cu)
+write, per block, clock64() at each phase boundary, globaltimer at the block's start and end,
+and whether it merged the pair; after a replay the step's last attention launch is read back.
+What neither ncu (the kernel alone) nor the timeline (a kernel's interval) says: which part of
+a block's work (its wait for the kernel before, its copies, scoring, the trees, the value pass,
+the partial sums and election, the merge) the launch waits on.
+
+    python bench/cupy_attend_phases.py --model synthetic:qwen3-0.6b --streams 1 8 --context 512
+
+Per phase, over the launch's blocks and the replays: mean, median and max µs (cycles at the
+SM clock that the blocks' own globaltimer spans give), then the launch's span (first block's
+start to last block's end) and how far apart its blocks started. The kernels with the define
+are not the engine's: each phase mark is one thread's clock read and store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # cupy_speed, beside this file
+
+PHASES = 12  # ATT_PHASES in cupy_attend_stage.cu: clock64 marks 0-7, globaltimer 8-9, merged 10
+BLOCKS = 8192  # ATT_PHASE_BLOCKS
+START_NS, END_NS, MERGED = 8, 9, 10
+INTERVALS = (
+    (0, 1, "start -> the wait for the kernel before ends"),
+    (1, 2, "-> the chunk's copies landed"),
+    (2, 3, "-> scores"),
+    (3, 4, "-> max and sum trees"),
+    (4, 5, "-> value pass (the chunk loop's end)"),
+    (5, 6, "-> partial sums out, election"),
+    (6, 7, "-> merge (merging blocks) / exit"),
+    (0, 7, "a block, start to end"),
+)
+
+
+def blocks_of(log: np.ndarray) -> np.ndarray:
+    """The rows [block, PHASES] of the blocks that wrote a start and an end (the log is cleared
+    to -1 before a replay; the launch's grid is a prefix of its rows)."""
+    rows = log.reshape(BLOCKS, PHASES)
+    return rows[(rows[:, 0] >= 0) & (rows[:, 7] >= 0)]
+
+
+def cycles_per_ns(rows: np.ndarray) -> float:
+    """The SM clock the blocks ran at: clock64 cycles over globaltimer ns, start to end, summed
+    over blocks (globaltimer may tick coarsely; the sums average it out)."""
+    ns = float((rows[:, END_NS] - rows[:, START_NS]).sum())
+    cycles = float((rows[:, 7] - rows[:, 0]).sum())
+    if ns <= 0:
+        raise ValueError("globaltimer did not advance over the blocks: no clock to read cycles by")
+    return cycles / ns
+
+
+def summarize(logs: list[np.ndarray]) -> dict[str, Any]:
+    """Per interval of INTERVALS its mean, median and max µs over every block of every replay
+    (a block without both marks is left out of that interval: the pair form writes no copy or
+    election marks), the launches' mean span and start spread (µs), blocks, merging blocks."""
+    runs = [blocks_of(log) for log in logs]
+    if not any(len(r) for r in runs):
+        raise ValueError("no attention block wrote its marks (was the define compiled in?)")
+    rate = statistics.fmean(cycles_per_ns(r) for r in runs if len(r))
+    out: dict[str, Any] = {"cycles_per_ns": rate, "intervals": []}
+    for a, b, label in INTERVALS:
+        us = [
+            float(x) / rate / 1e3
+            for r in runs
+            for x in (r[:, b] - r[:, a])[(r[:, a] >= 0) & (r[:, b] >= 0)]
+        ]
+        if us:
+            row = {"interval": label, "mean": statistics.fmean(us), "median": statistics.median(us)}
+            out["intervals"].append({**row, "max": max(us), "blocks": len(us)})
+    spans = [float(r[:, END_NS].max() - r[:, START_NS].min()) / 1e3 for r in runs if len(r)]
+    spread = [float(r[:, START_NS].max() - r[:, START_NS].min()) / 1e3 for r in runs if len(r)]
+    out["span_us"], out["start_spread_us"] = statistics.fmean(spans), statistics.fmean(spread)
+    out["blocks"] = statistics.fmean(len(r) for r in runs)
+    out["merging"] = statistics.fmean(int((r[:, MERGED] == 1).sum()) for r in runs)
+    return out
+
+
+def table(s: dict[str, Any]) -> str:
+    lines = ["| phase | mean µs | median µs | max µs |", "| --- | --- | --- | --- |"]
+    for r in s["intervals"]:
+        lines.append(f"| {r['interval']} | {r['mean']:.2f} | {r['median']:.2f} | {r['max']:.2f} |")
+    lines.append(
+        f"\nlaunch span {s['span_us']:.2f} µs, blocks started over {s['start_spread_us']:.2f} µs;"
+        f" {s['blocks']:.0f} blocks, {s['merging']:.0f} merging; SM clock"
+        f" {s['cycles_per_ns']:.2f} GHz"
+    )
+    return "\n".join(lines)
+
+
+def measure(spec: str, streams: int, context: int, kind: str, replays: int) -> dict[str, Any]:
+    import cupy as cp
+    import cupy_speed
+
+    keep: dict[str, Any] = {}
+    cupy_speed.ours(spec, streams, context, 3, kind, True, keep)
+    ptr = keep["ops"].module.get_global("attend_phase_log")
+    log = cp.ndarray((BLOCKS * PHASES,), dtype=cp.int64, memptr=ptr)
+    logs = []
+    for _ in range(replays):
+        log.fill(-1)
+        cp.cuda.Device().synchronize()  # the graph replays on a stream of its own
+        keep["graph"].replay_ms(1)  # one replay to warm, one timed: the log keeps the last
+        logs.append(cp.asnumpy(log))
+    return summarize(logs)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="synthetic:qwen3-0.6b")
+    p.add_argument("--streams", type=int, nargs="+", default=[1, 8])
+    p.add_argument("--context", type=int, default=512)
+    p.add_argument("--kv", default="bf16", choices=["bf16", "fp8"])
+    p.add_argument("--replays", type=int, default=20)
+    args = p.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+    from engine.ops import cupy_modules
+
+    cupy_modules.DIAGNOSTIC_DEFINES.append("-DENGINE_ATTEND_PHASES")
+    for streams in args.streams:
+        s = measure(args.model, streams, args.context, args.kv, args.replays)
+        print(f"## {streams} stream(s), context {args.context}, {args.kv} KV\n\n{table(s)}\n")
+
+
+if __name__ == "__main__":
+    main()

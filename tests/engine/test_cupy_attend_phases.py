@@ -1,0 +1,52 @@
+"""bench/cupy_attend_phases.py's arithmetic on hand-made logs (no GPU): intervals from a
+block's own marks at the clock its globaltimer span gives, blocks without marks left out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.engine.bench_scripts import load_bench
+
+tool = load_bench("cupy_attend_phases")
+
+
+def _log(blocks: list[list[int]]) -> np.ndarray:
+    log = np.full((tool.BLOCKS, tool.PHASES), -1, dtype=np.int64)
+    for i, row in enumerate(blocks):
+        log[i, : len(row)] = row
+    return log.ravel()
+
+
+# clock marks 0-7 (cycles), globaltimer start and end (ns), merged: at 2 cycles a ns
+SPLIT = [0, 200, 1200, 1600, 1800, 3000, 3400, 4000, 10_000, 12_000, 0]
+MERGING = [100, 300, 1300, 1700, 1900, 3100, 3500, 8100, 10_500, 14_500, 1]
+PAIR = [0, 400, -1, 1400, 1600, 2400, -1, 2400, 11_000, 12_200, -1]  # no copy or election marks
+
+
+def test_intervals_at_the_blocks_own_clock() -> None:
+    s = tool.summarize([_log([SPLIT, MERGING])])
+    assert s["cycles_per_ns"] == pytest.approx(2.0)
+    rows = {r["interval"]: r for r in s["intervals"]}
+    merge = rows["-> merge (merging blocks) / exit"]
+    assert (merge["mean"], merge["max"]) == (
+        pytest.approx(1.3),
+        pytest.approx(2.3),
+    )  # 600, 4600 cycles
+    assert rows["-> scores"]["median"] == pytest.approx(0.2)
+    assert rows["a block, start to end"]["max"] == pytest.approx(4.0)
+    assert s["span_us"] == pytest.approx(4.5) and s["start_spread_us"] == pytest.approx(0.5)
+    assert (s["blocks"], s["merging"]) == (2, 1)
+
+
+def test_a_block_without_a_mark_is_left_out_of_that_interval_only() -> None:
+    s = tool.summarize([_log([SPLIT, PAIR])])
+    rows = {r["interval"]: r for r in s["intervals"]}
+    assert rows["-> the chunk's copies landed"]["blocks"] == 1
+    assert rows["a block, start to end"]["blocks"] == 2
+    assert "| -> scores |" in tool.table(s)
+
+
+def test_no_marks_is_an_error_that_says_so() -> None:
+    with pytest.raises(ValueError, match="define"):
+        tool.summarize([_log([])])
