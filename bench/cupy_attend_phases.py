@@ -1,7 +1,8 @@
 """Where a decode step's attention launch spends its time, phase by phase, inside the step's
 CUDA graph: the attention kernels compiled with ENGINE_ATTEND_PHASES (cupy_attend_stage.cu)
 write, per block, clock64() at each phase boundary, globaltimer at the block's start and end,
-and whether it merged the pair; after a replay the step's last attention launch is read back.
+and whether it merged the pair, and the cycles of each phase of a chunk pass summed over the
+passes; after a replay the step's last attention launch is read back.
 What neither ncu (the kernel alone) nor the timeline (a kernel's interval) says: which part of
 a block's work (its wait for the kernel before, its copies, scoring, the trees, the value pass,
 the partial sums and election, the merge) the launch waits on.
@@ -26,17 +27,20 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cupy_speed, beside this file
 
-PHASES = 12  # ATT_PHASES in cupy_attend_stage.cu: clock64 marks 0-7, globaltimer 8-9, merged 10
+PHASES = 12  # ATT_PHASES in cupy_attend_stage.cu (its comment says what each slot holds)
 BLOCKS = 8192  # ATT_PHASE_BLOCKS
 START_NS, END_NS, MERGED = 8, 9, 10
+# (from, to, label): clock64 marks, the interval between them (to < 0: slot `from` holds the
+# cycles themselves, a phase summed over the chunk passes)
 INTERVALS = (
     (0, 1, "start -> the wait for the kernel before ends"),
-    (1, 2, "-> the chunk's copies landed"),
-    (2, 3, "-> scores"),
-    (3, 4, "-> max and sum trees"),
-    (4, 5, "-> value pass (the chunk loop's end)"),
-    (5, 6, "-> partial sums out, election"),
-    (6, 7, "-> merge (merging blocks) / exit"),
+    (1, 5, "-> the chunk loop's end, of which:"),
+    (2, -1, "  keys' rows and copies (summed over passes)"),
+    (3, -1, "  scores"),
+    (4, -1, "  max and sum trees"),
+    (11, -1, "  value pass"),
+    (5, 6, "-> partial sums out, election (split)"),
+    (6, 7, "-> merge (merging blocks) / exit (split)"),
     (0, 7, "a block, start to end"),
 )
 
@@ -68,11 +72,7 @@ def summarize(logs: list[np.ndarray]) -> dict[str, Any]:
     rate = statistics.fmean(cycles_per_ns(r) for r in runs if len(r))
     out: dict[str, Any] = {"cycles_per_ns": rate, "intervals": []}
     for a, b, label in INTERVALS:
-        us = [
-            float(x) / rate / 1e3
-            for r in runs
-            for x in (r[:, b] - r[:, a])[(r[:, a] >= 0) & (r[:, b] >= 0)]
-        ]
+        us = [float(x) / rate / 1e3 for r in runs for x in _cycles(r, a, b)]
         if us:
             row = {"interval": label, "mean": statistics.fmean(us), "median": statistics.median(us)}
             out["intervals"].append({**row, "max": max(us), "blocks": len(us)})
@@ -82,6 +82,14 @@ def summarize(logs: list[np.ndarray]) -> dict[str, Any]:
     out["blocks"] = statistics.fmean(len(r) for r in runs)
     out["merging"] = statistics.fmean(int((r[:, MERGED] == 1).sum()) for r in runs)
     return out
+
+
+def _cycles(rows: np.ndarray, a: int, b: int) -> np.ndarray:
+    """Each block's cycles from mark a to mark b, or those summed in slot a (b < 0); blocks
+    without the marks left out."""
+    if b < 0:
+        return rows[:, a][rows[:, a] >= 0]
+    return (rows[:, b] - rows[:, a])[(rows[:, a] >= 0) & (rows[:, b] >= 0)]
 
 
 def table(s: dict[str, Any]) -> str:

@@ -7,7 +7,8 @@
         --drafter mtp --parallel 1 8 --pairs 21 --draft-tokens 4 > mtp.jsonl
     python bench/cupy_bars.py --speed speed.json --bench bench.json --mtp mtp.jsonl
 
-(bench/cupy_bars.sh runs the four.) A figure that is missing (a step that failed or was not
+(bench/cupy_bars.sh runs the last three, ours alone in the first, then transformers' arms in
+what is left of its budget.) A figure that is missing (a step that failed or was not
 run) reads "not run" and does not hold; the exit code is 0 either way: this reports.
 """
 

@@ -74,7 +74,9 @@ __device__ __forceinline__ void value_run(float* a, const float* ps, const void*
 // of keys no kernel of this step writes before its wait for the kernel before (PDL_ENTRY):
 // a step of n rows writes only the top n positions of a row's keys, so keys 0 .. last - n
 // are older than the launch before it, whose own wait saw them done. Only when they land
-// changes, not a value.
+// changes, not a value. With ATT_THREAD_SCORES (split, staged, not FS) thread t of a slot
+// scores key t of the chunk whole (key_score: the warp's arithmetic, lane parts then the
+// shuffle tree's pairs), the chunk's K rows staged SPLIT_KPAD pieces apart.
 //
 // FS (split, staged): the q/k norms, RoPE and K/V write of the step (qkv_norm_rope_store's
 // work) in this launch, from the qkv projection's rows `hs` (heads_in below): each slot norms
@@ -115,14 +117,17 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
     // STAGE: the chunk's codes, K then V, D rows of D codes each, after the floats above
     constexpr bool STAGE = SPLIT && D <= 128;
     constexpr int VPR = D * code_bytes<KIND>() / 16;  // 16-byte pieces of one key's codes
+    // with thread scores (ts) a key's K codes lie KPT pieces after the key before's
+    constexpr int KPT = VPR + SPLIT_KPAD;
+    const bool early = flags & ATT_EARLY;  // these four: the same for the whole block
+    const bool k_first = STAGE && !FS && (flags & ATT_K_FIRST);
+    const bool value_runs = flags & ATT_VALUE_RUNS;
+    const bool ts = STAGE && !FS && (flags & ATT_THREAD_SCORES);
     uint4* kst = (uint4*)(slots + 5 * GD + 2 * ATT_NG * NQ);
-    uint4* vst = kst + D * VPR;
+    uint4* vst = kst + D * (ts ? KPT : VPR);
     const void* kread = STAGE ? (const void*)kst : kc;
     const void* vread = STAGE ? (const void*)vst : vc;
     const int r = blockIdx.x, h = SPLIT ? blockIdx.y * QH + gb : blockIdx.y, kvh = h / (hq / hkv);
-    const bool early = flags & ATT_EARLY;
-    const bool k_first = STAGE && !FS && (flags & ATT_K_FIRST);  // the same for the whole block
-    const bool value_runs = flags & ATT_VALUE_RUNS;
     ATT_PHASE(8);
     ATT_PHASE(0);
     if (!(STAGE && early)) {
@@ -141,7 +146,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         if (sent) {
             if (t < sent) chunk_key<KIND>(pages, c0 + t, page_rows, hkv, kvh, ke, ve, t, rows, kex, vex);
             __syncthreads();
-            copy_chunk<KIND, D>(kc, vc, rows0, sent, QH * D, kst, vst, 0, false);
+            stage_chunk<KIND, D>(ts, false, kc, vc, rows0, sent, QH * D, kst, vst, 0, false);
         }
         PDL_ENTRY();
         ATT_PHASE(1);
@@ -155,8 +160,10 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         qs[t] = q[((long long)r * hq + h) * D + t] * scale;
     }
     float m = NEG_INF, l = 0.0f, acc = 0.0f;
+    ATT_LAPS;
     const int nchunks = last / D + 1;
     for (int it = 0; it * ATT_NG < nchunks; ++it) {
+        ATT_LAP(begin());
         const int c0 = (it * ATT_NG + g) * D;
         const bool live = c0 <= last;  // the same for the whole group
         const int j = c0 + t;
@@ -167,13 +174,10 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         __syncthreads();
         if (STAGE && live) {  // the same for the whole block: its barrier is block-wide
             const int cn = min(D, last - c0 + 1);
-            if (k_first)
-                copy_chunk_k_first<KIND, D>(kc, vc, rows0, cn, QH * D, kst, vst, it ? 0 : sent);
-            else
-                copy_chunk<KIND, D>(kc, vc, rows0, FS ? min(cn, max(0, fresh - c0)) : cn, QH * D,
-                                    kst, vst, it ? 0 : sent);
+            stage_chunk<KIND, D>(ts, k_first, kc, vc, rows0,
+                                 FS ? min(cn, max(0, fresh - c0)) : cn, QH * D, kst, vst,
+                                 it ? 0 : sent, true);
             __syncthreads();
-            ATT_PHASE(2);
             if (FS) {
                 make_keys<KIND, D>(hs, r, c0, fresh, last, kvh, hq, hkv, t, gb == 0,
                                    blockIdx.y * QH == kvh * (hq / hkv), kc, vc, ke, ve, kst, vst,
@@ -181,7 +185,11 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
                 __syncthreads();
             }
         }
-        if (live) {
+        ATT_LAP(lap(0));
+        if (live && ts) {  // key t of the chunk whole in thread t (its slot's head)
+            if (c0 + t <= last)
+                ps[t] = key_score<KIND, D>(qs, kst + t * KPT, KIND == KIND_FP8 ? kex[t] : 0.0f);
+        } else if (live) {
             float qr[per];
 #pragma unroll
             for (int i = 0; i < per; ++i) qr[i] = qs[lane * per + i];
@@ -216,7 +224,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
             }
         }
         __syncthreads();
-        ATT_PHASE(3);
+        ATT_LAP(lap(1));
         const bool seen = live && j <= last;
         const float s = seen ? ps[t] : NEG_INF;
         const float chunk_max = group_max(red, t, D, s);  // every group joins the barriers
@@ -224,7 +232,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         const float p = seen ? expf(s - m_new) : 0.0f;
         ps[t] = p;
         const float psum = group_sum(red, t, D, p);  // its barriers order ps[] for the reads below
-        ATT_PHASE(4);
+        ATT_LAP(lap(2));
         if (k_first) {  // the chunk's V codes, sent after its K codes, landed and seen
             if (live) copies_waited();
             __syncthreads();
@@ -258,7 +266,9 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
             m = m_new;
         }
         __syncthreads();
+        ATT_LAP(lap(3));
     }
+    ATT_LAP(write());
     ATT_PHASE(5);
     if (SPLIT) {  // part[(r, h)]: ATT_NG maxima, ATT_NG sums, then ATT_NG outputs of D
         float* p = part + ((long long)r * hq + h) * ATT_NG * (D + 2);
@@ -305,6 +315,8 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
     sh[D + g * D + t] = acc;  // the groups' outputs, over their ps[] (no longer read)
     __syncthreads();
     if (g == 0) attend_finish<D>(ms, ls, sh + D, t, out, outb, ((long long)r * hq + h) * D);
+    ATT_PHASE(7);
+    ATT_PHASE(9);
 }
 
 

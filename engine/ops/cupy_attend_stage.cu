@@ -34,36 +34,109 @@ __device__ __forceinline__ void copies_done() {
 }
 
 // ENGINE_ATTEND_PHASES (bench/cupy_attend_phases.py only; never in the engine's modules): each
-// block's thread 0 writes clock64() at the attention's phase boundaries k = 0..7, globaltimer
-// at its start (8) and end (9) and whether it merged (10) into attend_phase_log[block][k]. Off,
-// ATT_PHASE is nothing and the kernels are what they are without it.
+// block's thread 0 writes into attend_phase_log[block][k] clock64() at its start (0), the end of
+// its wait for the kernel before (1), the chunk loop's end (5), the election (6) and its end
+// (7); globaltimer at its start (8) and end (9); whether its slot 0 merged (10); and the cycles
+// each phase of a chunk pass took, summed over the passes (ATT_LAP: 2 the keys' rows and the
+// copies, 3 scores, 4 the max and sum trees, 11 the value pass). Off, ATT_PHASE and ATT_LAP
+// are nothing and the kernels are what they are without them.
 #ifdef ENGINE_ATTEND_PHASES
 #define ATT_PHASES 12
 #define ATT_PHASE_BLOCKS 8192
 __device__ long long attend_phase_log[ATT_PHASE_BLOCKS * ATT_PHASES];
-__device__ __forceinline__ void att_phase(int k, long long value = -1) {
+__device__ __forceinline__ long long* att_phase_row() {
     const long long b = ((long long)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-    if (threadIdx.x != 0 || b >= ATT_PHASE_BLOCKS) return;
+    return threadIdx.x == 0 && b < ATT_PHASE_BLOCKS ? attend_phase_log + b * ATT_PHASES : nullptr;
+}
+__device__ __forceinline__ void att_phase(int k, long long value = -1) {
+    long long* row = att_phase_row();
+    if (!row) return;
     long long v = value;
     if (k == 8 || k == 9) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v));
-    else if (k < 8) v = clock64();
-    attend_phase_log[b * ATT_PHASES + k] = v;
+    else if (value < 0) v = clock64();
+    row[k] = v;
 }
+// a chunk pass's phases: laps since the pass began (or the last lap), summed in registers
+struct AttLaps {
+    long long at = 0, sum[4] = {0, 0, 0, 0};
+    __device__ __forceinline__ void begin() { at = clock64(); }
+    __device__ __forceinline__ void lap(int k) {
+        const long long now = clock64();
+        sum[k] += now - at;
+        at = now;
+    }
+    __device__ __forceinline__ void write() const {
+        long long* row = att_phase_row();
+        if (row) row[2] = sum[0], row[3] = sum[1], row[4] = sum[2], row[11] = sum[3];
+    }
+};
 #define ATT_PHASE(...) att_phase(__VA_ARGS__)
+#define ATT_LAPS AttLaps laps_
+#define ATT_LAP(f) laps_.f
 #else
 #define ATT_PHASE(...)
+#define ATT_LAPS
+#define ATT_LAP(f)
 #endif
 
 // bits of an attention launch's `flags`: early copies (options.attend_early), K before V
 // (options.attend_k_first), both for split launches; the value pass by runs
-// (options.attend_value_runs, cupy_attend.cu value_run)
+// (options.attend_value_runs, cupy_attend.cu value_run); thread scores in split launches
 #define ATT_EARLY 1
 #define ATT_K_FIRST 2
 #define ATT_VALUE_RUNS 4
+#define ATT_THREAD_SCORES 8  // split launches: a key's score a thread (options.attend_split_scores)
+#define SPLIT_KPAD 1  // with it, 16-byte pieces after a staged key's K codes (attend_plan.py too)
 
 // bytes of one stored code: f32, bf16, fp8 (e4m3)
 template <int KIND>
 __host__ __device__ constexpr int code_bytes() { return KIND == KIND_F32 ? 4 : KIND == KIND_BF16 ? 2 : 1; }
+
+// the 16-byte piece `v` of a key's codes as the DPU = 16 / code bytes values it holds (element
+// i in the lowest bits first), each as load_code makes it
+template <int KIND>
+__device__ __forceinline__ void piece_codes(float* out, const uint4& v, float ex) {
+    const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        if (KIND == KIND_F32) {
+            out[i] = __uint_as_float(w[i]);
+        } else if (KIND == KIND_BF16) {
+            out[2 * i] = bf16_to_f32((unsigned short)(w[i] & 0xffffu));
+            out[2 * i + 1] = bf16_to_f32((unsigned short)(w[i] >> 16));
+        } else {
+#pragma unroll
+            for (int b = 0; b < 4; ++b)
+                out[4 * i + b] = ldexpf(e4m3_to_f32((unsigned char)(w[i] >> (8 * b))), (int)ex);
+        }
+    }
+}
+
+// Key j's score, whole in one thread, with the warp's arithmetic of attend_paged: lane l's part
+// (dims l * per .. in order, each an fma, from 0) for l = 0..31, then the pairs of the shuffle
+// tree (offsets 16, 8, 4, 2, 1: part[l] + part[l + off]); krow: the key's staged codes.
+template <int KIND, int D>
+__device__ __forceinline__ float key_score(const float* qs, const uint4* krow, float ex) {
+    constexpr int per = D / 32, DPU = 16 / code_bytes<KIND>(), VPR = D / DPU;
+    float part[32];
+#pragma unroll
+    for (int pc = 0; pc < VPR; ++pc) {
+        float kv[DPU];
+        piece_codes<KIND>(kv, krow[pc], ex);
+#pragma unroll
+        for (int u = 0; u < DPU; u += 4) {
+            const float4 q4 = *(const float4*)(qs + pc * DPU + u);
+            const float q[4] = {q4.x, q4.y, q4.z, q4.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int d = pc * DPU + u + i, l = d / per;
+                part[l] = __fmaf_rn(q[i], kv[u + i], d % per ? part[l] : 0.0f);
+            }
+        }
+    }
+    pair_tree<16>(part);
+    return part[0];
+}
 
 // Key j of a chunk, read by thread t: the row of its codes (slot * hkv + kv head, through
 // the page list `pages`) into rows[t], and for fp8 its K and V exponents into kex[t], vex[t].
@@ -119,4 +192,23 @@ __device__ __forceinline__ void copy_chunk_k_first(const void* kc, const void* v
     }
     copies_sent();
     asm volatile("cp.async.wait_group 1;\n" ::);
+}
+
+// A chunk's copies as attend_paged stages them: a key's K codes VPR pieces after the key
+// before's, or VPR + SPLIT_KPAD where `padded` (thread scores read a key a thread: a quarter
+// warp's rows fall on other banks); K's copies then V's with a wait for K's alone where
+// `k_first` (copy_chunk_k_first), else one group (copy_chunk, waited for where `wait`).
+template <int KIND, int D>
+__device__ __forceinline__ void stage_chunk(bool padded, bool k_first, const void* kc,
+                                            const void* vc, const int* rows, int cn, int threads,
+                                            uint4* kst, uint4* vst, int first, bool wait) {
+    constexpr int KPT = D * code_bytes<KIND>() / 16 + SPLIT_KPAD;
+    if (k_first) {
+        if (padded) copy_chunk_k_first<KIND, D, KPT>(kc, vc, rows, cn, threads, kst, vst, first);
+        else copy_chunk_k_first<KIND, D>(kc, vc, rows, cn, threads, kst, vst, first);
+    } else if (padded) {
+        copy_chunk<KIND, D, KPT>(kc, vc, rows, cn, threads, kst, vst, first, wait);
+    } else {
+        copy_chunk<KIND, D>(kc, vc, rows, cn, threads, kst, vst, first, wait);
+    }
 }

@@ -59,52 +59,6 @@ __device__ __forceinline__ void load_codes(float* out, const void* codes, long l
     }
 }
 
-// the 16-byte piece `v` of a key's codes as the DPU = 16 / code bytes values it holds (element
-// i in the lowest bits first), each as load_code makes it
-template <int KIND>
-__device__ __forceinline__ void piece_codes(float* out, const uint4& v, float ex) {
-    const unsigned w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        if (KIND == KIND_F32) {
-            out[i] = __uint_as_float(w[i]);
-        } else if (KIND == KIND_BF16) {
-            out[2 * i] = bf16_to_f32((unsigned short)(w[i] & 0xffffu));
-            out[2 * i + 1] = bf16_to_f32((unsigned short)(w[i] >> 16));
-        } else {
-#pragma unroll
-            for (int b = 0; b < 4; ++b)
-                out[4 * i + b] = ldexpf(e4m3_to_f32((unsigned char)(w[i] >> (8 * b))), (int)ex);
-        }
-    }
-}
-
-// Key j's score, whole in one thread, with the warp's arithmetic of attend_paged: lane l's part
-// (dims l * per .. in order, each an fma, from 0) for l = 0..31, then the pairs of the shuffle
-// tree (offsets 16, 8, 4, 2, 1: part[l] + part[l + off]); krow: the key's staged codes.
-template <int KIND, int D>
-__device__ __forceinline__ float key_score(const float* qs, const uint4* krow, float ex) {
-    constexpr int per = D / 32, DPU = 16 / code_bytes<KIND>(), VPR = D / DPU;
-    float part[32];
-#pragma unroll
-    for (int pc = 0; pc < VPR; ++pc) {
-        float kv[DPU];
-        piece_codes<KIND>(kv, krow[pc], ex);
-#pragma unroll
-        for (int u = 0; u < DPU; u += 4) {
-            const float4 q4 = *(const float4*)(qs + pc * DPU + u);
-            const float q[4] = {q4.x, q4.y, q4.z, q4.w};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int d = pc * DPU + u + i, l = d / per;
-                part[l] = __fmaf_rn(q[i], kv[u + i], d % per ? part[l] : 0.0f);
-            }
-        }
-    }
-    pair_tree<16>(part);
-    return part[0];
-}
-
 // the chunk's scores by the whole warp (attend_paged's form): each key's lane parts (the lane's
 // D/32 adjacent dimensions in order), then the shuffle tree; lane 0 writes ps[j]
 template <int KIND, int D>

@@ -119,9 +119,9 @@ VALUE_RUNS = 4  # ATT_VALUE_RUNS, the one bit of `flags` the pair form reads
 
 def attend_flags(options: Any) -> np.int32:
     """The attention kernels' `flags` (cupy_attend_stage.cu): ATT_EARLY = 1, ATT_K_FIRST = 2
-    (split launches), ATT_VALUE_RUNS = 4."""
+    (split launches), ATT_VALUE_RUNS = 4, ATT_THREAD_SCORES = 8 (split launches)."""
     flags = options.attend_early | options.attend_k_first << 1 | options.attend_value_runs << 2
-    return np.int32(flags)
+    return np.int32(flags | options.attend_split_scores << 3)
 
 
 def attend_qkv(ops: Any, qkv: Any, heads: tuple, target: Any, meta: Any, fresh: Any) -> Any | None:

@@ -235,6 +235,8 @@ class Progress:
             self.cached += cached
             self.crashed += not result.ok
             state = "ok" if result.ok else "CRASHED"
+            if result.status is Status.REFUSED:  # exit 2: this engine will not run the arm
+                state = "REFUSED"
             if cached:
                 state = "ok (run by another gate run on this cache)"
             line = (
@@ -258,7 +260,8 @@ def crash_note(result: ArmRun, width: int = 200) -> str:
     if result.ok:
         return ""
     lines = [ln.strip() for ln in result.stderr_tail.splitlines() if ln.strip()]
-    why = "; ".join(x for x in (result.reason, lines[-1] if lines else "") if x)
+    last = lines[-1] if lines and lines[-1] not in result.reason else ""  # a refusal has it
+    why = "; ".join(x for x in (result.reason, last) if x)
     return f": {why[:width]}" if why else ""
 
 

@@ -18,22 +18,25 @@ def _log(blocks: list[list[int]]) -> np.ndarray:
     return log.ravel()
 
 
-# clock marks 0-7 (cycles), globaltimer start and end (ns), merged: at 2 cycles a ns
-SPLIT = [0, 200, 1200, 1600, 1800, 3000, 3400, 4000, 10_000, 12_000, 0]
-MERGING = [100, 300, 1300, 1700, 1900, 3100, 3500, 8100, 10_500, 14_500, 1]
-PAIR = [0, 400, -1, 1400, 1600, 2400, -1, 2400, 11_000, 12_200, -1]  # no copy or election marks
+# clock marks 0, 1, 5, 6, 7 (cycles); summed pass phases 2, 3, 4, 11 (cycles); globaltimer
+# start and end (ns); merged: at 2 cycles a ns
+SPLIT = [0, 200, 1000, 400, 200, 3000, 3400, 4000, 10_000, 12_000, 0, 1200]
+MERGING = [100, 300, 1000, 400, 200, 3100, 3500, 8100, 10_500, 14_500, 1, 1200]
+PAIR = [0, 400, 600, 300, 100, 2400, -1, 2400, 11_000, 12_200, -1, 1000]  # no election mark
 
 
 def test_intervals_at_the_blocks_own_clock() -> None:
     s = tool.summarize([_log([SPLIT, MERGING])])
     assert s["cycles_per_ns"] == pytest.approx(2.0)
     rows = {r["interval"]: r for r in s["intervals"]}
-    merge = rows["-> merge (merging blocks) / exit"]
+    merge = rows["-> merge (merging blocks) / exit (split)"]
     assert (merge["mean"], merge["max"]) == (
         pytest.approx(1.3),
         pytest.approx(2.3),
     )  # 600, 4600 cycles
-    assert rows["-> scores"]["median"] == pytest.approx(0.2)
+    assert rows["  scores"]["median"] == pytest.approx(0.2)  # 400 cycles
+    assert rows["  value pass"]["mean"] == pytest.approx(0.6)
+    assert rows["-> the chunk loop's end, of which:"]["max"] == pytest.approx(1.4)
     assert rows["a block, start to end"]["max"] == pytest.approx(4.0)
     assert s["span_us"] == pytest.approx(4.5) and s["start_spread_us"] == pytest.approx(0.5)
     assert (s["blocks"], s["merging"]) == (2, 1)
@@ -42,9 +45,9 @@ def test_intervals_at_the_blocks_own_clock() -> None:
 def test_a_block_without_a_mark_is_left_out_of_that_interval_only() -> None:
     s = tool.summarize([_log([SPLIT, PAIR])])
     rows = {r["interval"]: r for r in s["intervals"]}
-    assert rows["-> the chunk's copies landed"]["blocks"] == 1
+    assert rows["-> partial sums out, election (split)"]["blocks"] == 1
     assert rows["a block, start to end"]["blocks"] == 2
-    assert "| -> scores |" in tool.table(s)
+    assert "|   scores |" in tool.table(s)
 
 
 def test_no_marks_is_an_error_that_says_so() -> None:

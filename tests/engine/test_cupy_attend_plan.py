@@ -36,6 +36,21 @@ def test_thread_scores_take_their_kernel_and_the_padded_staging() -> None:
     assert decode.kernel == "_split2"  # decode steps keep their form
 
 
+def test_split_thread_scores_keep_the_kernel_and_pad_the_staging() -> None:
+    """attend_split_scores is a flag of the same split kernels: their K rows padded, and the
+    most a split kernel is allowed (shared_asks) covers the padded block."""
+    from engine.ops.cupy_attend_plan import shared_asks
+
+    hq, hkv, d = QWEN3_06B
+    plain = choose(8, hq, hkv, d, "bf16", CupyOptions(), H200)
+    ts = choose(8, hq, hkv, d, "bf16", CupyOptions(attend_split_scores=1), H200)
+    assert (plain.kernel, ts.kernel) == ("_split2", "_split2")
+    assert (plain.thread_scores, ts.thread_scores) == (False, True)
+    assert ts.shared - plain.shared == 16 * d
+    assert shared_asks("bf16", d, H200)["_split2"] == ts.shared
+    assert split_shared("bf16", 256, 1, True) == split_shared("bf16", 256)  # D 256: no staging
+
+
 def test_knobs_turn_forms_off() -> None:
     hq, hkv, d = QWEN3_06B
     no_tile = CupyOptions(attend_tile=0)

@@ -69,7 +69,15 @@ def _rows(rng: np.random.Generator, pages: int, page_rows: int, shared: bool):  
 
 
 def _attend(  # type: ignore[no-untyped-def]
-    ops, monkeypatch, tile: int, split: int, *args, ts: int = 0, k_first: int = 0, runs: int = 0
+    ops,
+    monkeypatch,
+    tile: int,
+    split: int,
+    *args,
+    ts: int = 0,
+    k_first: int = 0,
+    runs: int = 0,
+    split_ts: int = 0,
 ):
     """ops.attend(kind, q, kc, vc, ke, ve, meta) = args under these options: its output's
     bytes and its bf16 twin's."""
@@ -80,6 +88,7 @@ def _attend(  # type: ignore[no-untyped-def]
         attend_thread_scores=ts,
         attend_k_first=k_first,
         attend_value_runs=runs,
+        attend_split_scores=split_ts,
     )
     monkeypatch.setattr(ops, "options", opts)
     out = ops.attend(*args)
@@ -96,7 +105,8 @@ def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared, 
     shuffled (other tile neighbours) or when it is alone. ts: the tile kernel's scores a key
     a thread (attend_thread_scores). The split launch also with a chunk's K codes waited for
     before its V codes (attend_k_first); the split and pair launches with the value pass by
-    runs (attend_value_runs)."""
+    runs (attend_value_runs), the split launch with a key's score a thread
+    (attend_split_scores)."""
     import cupy as cp
 
     from engine.ops.cupy_attend_plan import choose
@@ -123,6 +133,8 @@ def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared, 
         assert tiled == _attend(ops, monkeypatch, 0, 10**6, *args, k_first=1), (d, hq, hkv)
         assert tiled == _attend(ops, monkeypatch, 0, 10**6, *args, runs=1), (d, hq, hkv)
         assert tiled == _attend(ops, monkeypatch, 0, 0, *args, runs=1), (d, hq, hkv)
+        got = _attend(ops, monkeypatch, 0, 10**6, *args, k_first=1, split_ts=1)
+        assert tiled == got, (d, hq, hkv)
         out = np.frombuffer(tiled[0], dtype=np.float32).reshape(n, hq, d)
         order = rng.permutation(n)
         meta2 = (meta[0], cp.asarray(poff[order]), cp.asarray(last[order]), page_rows)

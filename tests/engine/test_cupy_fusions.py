@@ -72,12 +72,14 @@ def test_norm_rope_store_equals_norm_rope_then_store(ops, kind) -> None:  # type
 
 
 @pytest.mark.parametrize(
-    "early,k_first,runs", [(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0), (1, 0, 1), (0, 1, 1)]
+    "early,k_first,runs,ts",
+    [(0, 0, 0, 0), (1, 0, 0, 0), (0, 1, 0, 0), (1, 1, 0, 0), (1, 0, 1, 0), (0, 1, 1, 0)]
+    + [(1, 0, 0, 1), (0, 1, 1, 1), (1, 1, 0, 1)],
 )
 @pytest.mark.parametrize("heads", [1, 2, 4])
 @pytest.mark.parametrize("kind", ["f32", "bf16"])
 def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-def]
-    ops, monkeypatch, kind, heads, early, k_first, runs
+    ops, monkeypatch, kind, heads, early, k_first, runs, ts
 ) -> None:
     """The split launch (its last block merging; a block of 1, 2 or 4 q heads of one KV
     head, the chunk staged once for them) == the one-block-per-pair launch, launch after
@@ -87,7 +89,8 @@ def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-de
     part of one (rows 127, 128 and 300), none (row 0; row 128's second group). With
     `k_first` each chunk's K codes are waited for before scoring, its V codes after. With
     `runs` the value pass takes whole runs of keys untested (chunks of 1, 45, 128 keys: no
-    run, a run and a tail, all runs), split and pair alike, against the pair form without."""
+    run, a run and a tail, all runs), split and pair alike, against the pair form without. With
+    `ts` the split launch scores a key a thread from padded K rows."""
     import cupy as cp
 
     from engine.ops.cupy_attend_plan import choose
@@ -113,6 +116,7 @@ def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-de
             attend_early=early,
             attend_k_first=k_first,
             attend_value_runs=value_runs,
+            attend_split_scores=ts if split else 0,
         )
         monkeypatch.setattr(ops, "options", opts)
         if split:

@@ -16,23 +16,24 @@ pytestmark = GPU_ONLY
 
 
 @pytest.mark.parametrize(
-    "spec,early,k_first,runs",
+    "spec,early,k_first,runs,ts",
     [
-        ("synthetic:tiny@5", 0, 0, 0),
-        ("synthetic:tiny@5", 1, 0, 0),
-        ("synthetic:tiny@5", 1, 1, 0),
-        ("synthetic:tiny@5", 1, 0, 1),
-        ("synthetic:tiny-moe@5", 0, 0, 0),
+        ("synthetic:tiny@5", 0, 0, 0, 0),
+        ("synthetic:tiny@5", 1, 0, 0, 0),
+        ("synthetic:tiny@5", 1, 1, 0, 0),
+        ("synthetic:tiny@5", 1, 0, 1, 1),
+        ("synthetic:tiny-moe@5", 0, 0, 0, 0),
     ],
 )
-def test_graph_decode_equals_eager(tmp_path, monkeypatch, spec, early, k_first, runs) -> None:  # type: ignore[no-untyped-def]
+def test_graph_decode_equals_eager(tmp_path, monkeypatch, spec, early, k_first, runs, ts) -> None:  # type: ignore[no-untyped-def]
     """Prompt steps and decode steps replayed from CUDA graphs give the eager forward's
     logits, hidden rows and KV bytes, for 1 and 3 streams, with the padded rows kept out of
     the streams' pages; the MoE model's steps go through graphs too (routing on the device).
     With `early` each split attention launch copies its old keys before it waits for the
     K/V write before it (in the graph, by programmatic dependent launch); with `k_first` it
     scores once a chunk's K codes have landed, its V codes still on their way; with `runs`
-    its value pass takes whole runs of keys untested."""
+    its value pass takes whole runs of keys untested; with `ts` a split launch scores a key a
+    thread."""
     from engine.model.loader import load_model
     from engine.model.qwen3 import Segment, graph_step
 
@@ -45,6 +46,7 @@ def test_graph_decode_equals_eager(tmp_path, monkeypatch, spec, early, k_first, 
         attend_early=early,
         attend_k_first=k_first,
         attend_value_runs=runs,
+        attend_split_scores=ts,
     )
 
     def eager_and_graph(segs: list, kvs: list) -> tuple[list, list]:

@@ -137,11 +137,17 @@ def test_a_crashed_arms_progress_line_says_why() -> None:
     from gates.run.results import ArmRun
 
     stream = io.StringIO()
-    progress = Progress(total=2, cached=0, stream=stream)
+    progress = Progress(total=3, cached=0, stream=stream)
     tail = "Traceback (most recent call last):\n  ...\nRuntimeError: CUDA out of memory\n\n"
     crashed = ArmRun(status=Status.CRASHED, reason="engine exited 1", wall_s=1.6, stderr_tail=tail)
     progress.update("head: kv=fp8 p=1", crashed)
     progress.update("base: kv=fp8 p=1", ArmRun(status=Status.OK, wall_s=2.0))
-    first, second = stream.getvalue().splitlines()
+    why = "refused (exit 2): --kv fp8 needs cupy"
+    refused = ArmRun(
+        status=Status.REFUSED, reason=why, wall_s=0.4, stderr_tail="--kv fp8 needs cupy\n"
+    )
+    progress.update("head: kv=fp8 p=2", refused)
+    first, second, third = stream.getvalue().splitlines()
     assert first.endswith("CRASHED 1.6s: engine exited 1; RuntimeError: CUDA out of memory")
     assert second.endswith("· base: kv=fp8 p=1: ok 2.0s")
+    assert third.endswith(": REFUSED 0.4s: refused (exit 2): --kv fp8 needs cupy")  # said once
