@@ -21,8 +21,8 @@ __device__ __forceinline__ void attend_finish(const float* ms, const float* ls, 
     if (outb) outb[at + t] = f32_to_bf16(o);  // the o GEMM's input
 }
 
-// Keys jb .. jb + ATT_GV - 1 of a chunk's value pass, all of them in the chunk (options.
-// attend_value_runs): the guarded loop's float operations in its order, without its tests
+// Keys jb .. jb + ATT_GV - 1 of a chunk's value pass, all of them in the chunk (VALUE_RUNS,
+// options.attend_value_runs): the guarded loop's float operations in its order, without its tests
 // a key, the weights ps[] read four at a time (ps + jb is 16-byte aligned: jb is a multiple
 // of ATT_GV, ps a multiple of D floats into the block's shared memory).
 template <int KIND, int D, bool STAGE>
@@ -74,7 +74,7 @@ __device__ __forceinline__ void value_run(float* a, const float* ps, const void*
 // of keys no kernel of this step writes before its wait for the kernel before (PDL_ENTRY):
 // a step of n rows writes only the top n positions of a row's keys, so keys 0 .. last - n
 // are older than the launch before it, whose own wait saw them done. Only when they land
-// changes, not a value. With ATT_THREAD_SCORES (split, staged, not FS) thread t of a slot
+// changes, not a value. With SPLIT_SCORES (split, staged, not FS) thread t of a slot
 // scores key t of the chunk whole (key_score: the warp's arithmetic, lane parts then the
 // shuffle tree's pairs), the chunk's K rows staged SPLIT_KPAD pieces apart.
 //
@@ -117,17 +117,16 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
     // STAGE: the chunk's codes, K then V, D rows of D codes each, after the floats above
     constexpr bool STAGE = SPLIT && D <= 128;
     constexpr int VPR = D * code_bytes<KIND>() / 16;  // 16-byte pieces of one key's codes
-    // with thread scores (ts) a key's K codes lie KPT pieces after the key before's
-    constexpr int KPT = VPR + SPLIT_KPAD;
-    const bool early = flags & ATT_EARLY;  // these four: the same for the whole block
-    const bool k_first = STAGE && !FS && (flags & ATT_K_FIRST);
-    const bool value_runs = flags & ATT_VALUE_RUNS;
-    const bool ts = STAGE && !FS && (flags & ATT_THREAD_SCORES);
+    // with thread scores (ts) a key's K codes lie KP pieces after the key before's, else VPR
+    constexpr bool ts = STAGE && !FS && SPLIT_SCORES;
+    constexpr int KP = VPR + (ts ? SPLIT_KPAD : 0);
     uint4* kst = (uint4*)(slots + 5 * GD + 2 * ATT_NG * NQ);
-    uint4* vst = kst + D * (ts ? KPT : VPR);
+    uint4* vst = kst + D * KP;
     const void* kread = STAGE ? (const void*)kst : kc;
     const void* vread = STAGE ? (const void*)vst : vc;
     const int r = blockIdx.x, h = SPLIT ? blockIdx.y * QH + gb : blockIdx.y, kvh = h / (hq / hkv);
+    const bool early = flags & ATT_EARLY;
+    const bool k_first = STAGE && !FS && (flags & ATT_K_FIRST);  // the same for the whole block
     ATT_PHASE(8);
     ATT_PHASE(0);
     if (!(STAGE && early)) {
@@ -146,7 +145,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         if (sent) {
             if (t < sent) chunk_key<KIND>(pages, c0 + t, page_rows, hkv, kvh, ke, ve, t, rows, kex, vex);
             __syncthreads();
-            stage_chunk<KIND, D>(ts, false, kc, vc, rows0, sent, QH * D, kst, vst, 0, false);
+            copy_chunk<KIND, D, KP>(kc, vc, rows0, sent, QH * D, kst, vst, 0, false);
         }
         PDL_ENTRY();
         ATT_PHASE(1);
@@ -174,9 +173,11 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         __syncthreads();
         if (STAGE && live) {  // the same for the whole block: its barrier is block-wide
             const int cn = min(D, last - c0 + 1);
-            stage_chunk<KIND, D>(ts, k_first, kc, vc, rows0,
-                                 FS ? min(cn, max(0, fresh - c0)) : cn, QH * D, kst, vst,
-                                 it ? 0 : sent, true);
+            if (k_first)
+                copy_chunk_k_first<KIND, D, KP>(kc, vc, rows0, cn, QH * D, kst, vst, it ? 0 : sent);
+            else
+                copy_chunk<KIND, D, KP>(kc, vc, rows0, FS ? min(cn, max(0, fresh - c0)) : cn,
+                                        QH * D, kst, vst, it ? 0 : sent);
             __syncthreads();
             if (FS) {
                 make_keys<KIND, D>(hs, r, c0, fresh, last, kvh, hq, hkv, t, gb == 0,
@@ -186,9 +187,9 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
             }
         }
         ATT_LAP(lap(0));
-        if (live && ts) {  // key t of the chunk whole in thread t (its slot's head)
+        if (ts && live) {  // key t of the chunk whole in thread t (its slot's head)
             if (c0 + t <= last)
-                ps[t] = key_score<KIND, D>(qs, kst + t * KPT, KIND == KIND_FP8 ? kex[t] : 0.0f);
+                ps[t] = key_score<KIND, D>(qs, kst + t * KP, KIND == KIND_FP8 ? kex[t] : 0.0f);
         } else if (live) {
             float qr[per];
 #pragma unroll
@@ -244,7 +245,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
 #pragma unroll
             for (int gg = 0; gg < ATT_GV; ++gg) a[gg] = 0.0f;
             for (int jb = 0; jb < cn; jb += ATT_GV) {
-                if (value_runs && jb + ATT_GV <= cn) {  // the same for the whole block
+                if (VALUE_RUNS && jb + ATT_GV <= cn) {  // the same for the whole group
                     value_run<KIND, D, STAGE>(a, ps, vread, rows, vex, jb, t);
                     continue;
                 }

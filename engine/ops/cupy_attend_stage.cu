@@ -79,14 +79,27 @@ struct AttLaps {
 #define ATT_LAP(f)
 #endif
 
-// bits of an attention launch's `flags`: early copies (options.attend_early), K before V
-// (options.attend_k_first), both for split launches; the value pass by runs
-// (options.attend_value_runs, cupy_attend.cu value_run); thread scores in split launches
+// bits of a split launch's `flags`: early copies (options.attend_early), K before V
+// (options.attend_k_first)
 #define ATT_EARLY 1
 #define ATT_K_FIRST 2
-#define ATT_VALUE_RUNS 4
-#define ATT_THREAD_SCORES 8  // split launches: a key's score a thread (options.attend_split_scores)
-#define SPLIT_KPAD 1  // with it, 16-byte pieces after a staged key's K codes (attend_plan.py too)
+
+// Forms compiled in by a define of the attention's own module (cupy_modules.attend_defines),
+// so that the main module's kernels stay what they are: the value pass by runs
+// (options.attend_value_runs, value_run in cupy_attend.cu) and split launches scoring a key a
+// thread from K rows padded by SPLIT_KPAD pieces (options.attend_split_scores; its value in
+// cupy_attend_plan.py too).
+#ifdef ENGINE_VALUE_RUNS
+constexpr bool VALUE_RUNS = true;
+#else
+constexpr bool VALUE_RUNS = false;
+#endif
+#ifdef ENGINE_SPLIT_SCORES
+constexpr bool SPLIT_SCORES = true;
+#else
+constexpr bool SPLIT_SCORES = false;
+#endif
+#define SPLIT_KPAD 1
 
 // bytes of one stored code: f32, bf16, fp8 (e4m3)
 template <int KIND>
@@ -192,23 +205,4 @@ __device__ __forceinline__ void copy_chunk_k_first(const void* kc, const void* v
     }
     copies_sent();
     asm volatile("cp.async.wait_group 1;\n" ::);
-}
-
-// A chunk's copies as attend_paged stages them: a key's K codes VPR pieces after the key
-// before's, or VPR + SPLIT_KPAD where `padded` (thread scores read a key a thread: a quarter
-// warp's rows fall on other banks); K's copies then V's with a wait for K's alone where
-// `k_first` (copy_chunk_k_first), else one group (copy_chunk, waited for where `wait`).
-template <int KIND, int D>
-__device__ __forceinline__ void stage_chunk(bool padded, bool k_first, const void* kc,
-                                            const void* vc, const int* rows, int cn, int threads,
-                                            uint4* kst, uint4* vst, int first, bool wait) {
-    constexpr int KPT = D * code_bytes<KIND>() / 16 + SPLIT_KPAD;
-    if (k_first) {
-        if (padded) copy_chunk_k_first<KIND, D, KPT>(kc, vc, rows, cn, threads, kst, vst, first);
-        else copy_chunk_k_first<KIND, D>(kc, vc, rows, cn, threads, kst, vst, first);
-    } else if (padded) {
-        copy_chunk<KIND, D, KPT>(kc, vc, rows, cn, threads, kst, vst, first, wait);
-    } else {
-        copy_chunk<KIND, D>(kc, vc, rows, cn, threads, kst, vst, first, wait);
-    }
 }

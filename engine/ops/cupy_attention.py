@@ -95,7 +95,7 @@ def attend(ops: Any, kind: str, q: Any, kc: Any, vc: Any, ke: Any, ve: Any, meta
         _split(ops, kind, d, form, n, hq, args)
     else:
         block = (d * GROUPS,)
-        pair_args = (*args, NULL, NULL, np.int32(ops.options.attend_value_runs * VALUE_RUNS))
+        pair_args = (*args, NULL, NULL, np.int32(0))
         ops.attend_k[kind, d, ""]((n, hq), block, pair_args, shared_mem=form.shared)
     return out
 
@@ -110,18 +110,13 @@ def _split(
     grid, block = (n, hq // form.heads, GROUPS), (d * form.heads,)
     name = form.kernel + ("_fs" if fs else "")
     ops.attend_k[kind, d, name](
-        grid, block, (*args, part, count, attend_flags(ops.options), *fs), shared_mem=form.shared
+        grid, block, (*args, part, count, split_flags(ops.options), *fs), shared_mem=form.shared
     )
 
 
-VALUE_RUNS = 4  # ATT_VALUE_RUNS, the one bit of `flags` the pair form reads
-
-
-def attend_flags(options: Any) -> np.int32:
-    """The attention kernels' `flags` (cupy_attend_stage.cu): ATT_EARLY = 1, ATT_K_FIRST = 2
-    (split launches), ATT_VALUE_RUNS = 4, ATT_THREAD_SCORES = 8 (split launches)."""
-    flags = options.attend_early | options.attend_k_first << 1 | options.attend_value_runs << 2
-    return np.int32(flags | options.attend_split_scores << 3)
+def split_flags(options: Any) -> np.int32:
+    """The split kernels' `flags` (cupy_attend_stage.cu): ATT_EARLY = 1, ATT_K_FIRST = 2."""
+    return np.int32(options.attend_early | options.attend_k_first << 1)
 
 
 def attend_qkv(ops: Any, qkv: Any, heads: tuple, target: Any, meta: Any, fresh: Any) -> Any | None:

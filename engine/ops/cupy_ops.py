@@ -109,7 +109,8 @@ class CupyOps:
                 *cupy_gemm.WIDE_KERNELS,
             )
         }  # fmt: skip
-        self.attend_k = cupy_modules.attend_kernels(self.module, bool(self.options.attend_store))
+        store, forms = bool(self.options.attend_store), cupy_modules.attend_defines(self.options)
+        self.attend_k = cupy_modules.attend_kernels(self.module, store, forms)
         self.shared_limit = cupy_attention.shared_limit()
         cupy_attention.allow_shared(self.attend_k, self.shared_limit)
         self.pdl_kernels = pdl_kernels(self.k, self.attend_k)

@@ -80,12 +80,14 @@ class CupyOptions:
     attend_k_first: int = 0
     # 1: the attention's value pass takes each run of ATT_GV keys wholly inside its chunk
     # without a test a key, its weights read four at a time (cupy_attend.cu value_run); the
-    # same float operations in the same order. 0: every key tested. Not yet run on a GPU
-    # (written 2026-12-07, fifth session, after its device time was spent): off
+    # same float operations in the same order. 0: every key tested. Compiled into the pair and
+    # split kernels of a module of their own only where asked (cupy_modules.attend_defines).
+    # Not yet run on a GPU (written 2026-12-07, fifth session, after its device time was spent)
     attend_value_runs: int = 0
     # 1: a split launch scores a key a thread (key_score, the tile kernel's thread scores: the
     # warp's arithmetic, no shuffles), its K codes staged with SPLIT_KPAD pieces of padding a
-    # key; the same bits. 0: a key a warp. Not yet run on a GPU (2026-12-07, fifth session)
+    # key; the same bits. 0: a key a warp. A module define as attend_value_runs. Not yet run on
+    # a GPU (2026-12-07, fifth session)
     attend_split_scores: int = 0
     # 1: a graph step's split attention launch makes the q/k norms, RoPE and K/V write itself
     # from the qkv rows (cupy_attention.attend_qkv; one launch fewer a layer, the same bits).

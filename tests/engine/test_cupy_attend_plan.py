@@ -37,8 +37,9 @@ def test_thread_scores_take_their_kernel_and_the_padded_staging() -> None:
 
 
 def test_split_thread_scores_keep_the_kernel_and_pad_the_staging() -> None:
-    """attend_split_scores is a flag of the same split kernels: their K rows padded, and the
-    most a split kernel is allowed (shared_asks) covers the padded block."""
+    """attend_split_scores keeps the split kernels' names (from the module compiled with it,
+    cupy_modules.attend_defines): their K rows padded, and the most a split kernel is
+    allowed (shared_asks) covers the padded block."""
     from engine.ops.cupy_attend_plan import shared_asks
 
     hq, hkv, d = QWEN3_06B

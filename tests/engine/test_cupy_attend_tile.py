@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tests.engine.cupy_setup import GPU_ONLY
+from tests.engine.cupy_setup import GPU_ONLY, variant_ops
 
 pytestmark = GPU_ONLY
 
@@ -79,16 +79,16 @@ def _attend(  # type: ignore[no-untyped-def]
     runs: int = 0,
     split_ts: int = 0,
 ):
-    """ops.attend(kind, q, kc, vc, ke, ve, meta) = args under these options: its output's
-    bytes and its bf16 twin's."""
+    """ops.attend(kind, q, kc, vc, ke, ve, meta) = args under these options (runs, split_ts:
+    from a CupyOps made with them): its output's bytes and its bf16 twin's."""
+    if runs or split_ts:
+        ops = variant_ops(attend_value_runs=runs, attend_split_scores=split_ts)
     opts = dataclasses.replace(
         ops.options,
         attend_tile=tile,
         attend_split=split,
         attend_thread_scores=ts,
         attend_k_first=k_first,
-        attend_value_runs=runs,
-        attend_split_scores=split_ts,
     )
     monkeypatch.setattr(ops, "options", opts)
     out = ops.attend(*args)

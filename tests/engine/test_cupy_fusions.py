@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tests.engine.cupy_setup import GPU_ONLY
+from tests.engine.cupy_setup import GPU_ONLY, variant_ops
 
 pytestmark = GPU_ONLY
 
@@ -106,25 +106,28 @@ def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-de
     last = cp.asarray(np.array([0, 127, 128, 300, pages * page_rows - 1], dtype=np.int32))
     meta = (ptab, cp.zeros(n, dtype=cp.int32), last, page_rows)
     q = cp.asarray(rng.standard_normal((n, hq, d)).astype(np.float32))
+    variant = variant_ops(attend_value_runs=runs, attend_split_scores=ts) if runs or ts else ops
     got = {}
-    for split, value_runs in ((0, 0), (10**6, runs), (10**6, runs), (10**6, runs), (0, runs)):
+    for which, split in ((ops, 0), (variant, 10**6), (variant, 10**6), (variant, 10**6)):
         opts = dataclasses.replace(
-            ops.options,
+            which.options,
             attend_split=split,
             attend_split_heads=heads,
             attend_heads_from=1,
             attend_early=early,
             attend_k_first=k_first,
-            attend_value_runs=value_runs,
-            attend_split_scores=ts if split else 0,
         )
-        monkeypatch.setattr(ops, "options", opts)
+        monkeypatch.setattr(which, "options", opts)
         if split:
-            assert choose(n, hq, hkv, d, kind, opts, ops.shared_limit).heads == heads
-        out = ops.attend(kind, q, kv.k[0], kv.v[0], None, None, meta)
-        twin = ops._bf16[1]
+            assert choose(n, hq, hkv, d, kind, opts, which.shared_limit).heads == heads
+        out = which.attend(kind, q, kv.k[0], kv.v[0], None, None, meta)
+        twin = which._bf16[1]
         got.setdefault(split, []).append((out.tobytes(), twin.tobytes()))
-        assert not bool(ops.split_counters(1).any())
+        assert not bool(which.split_counters(1).any())
+    if variant is not ops:  # the variant's pair form too
+        monkeypatch.setattr(variant, "options", dataclasses.replace(opts, attend_split=0))
+        out = variant.attend(kind, q, kv.k[0], kv.v[0], None, None, meta)
+        got[0].append((out.tobytes(), variant._bf16[1].tobytes()))
     assert all(g == got[0][0] for g in got[10**6] + got[0])
 
 

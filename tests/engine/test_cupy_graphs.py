@@ -38,15 +38,19 @@ def test_graph_decode_equals_eager(tmp_path, monkeypatch, spec, early, k_first, 
     from engine.model.qwen3 import Segment, graph_step
 
     monkeypatch.setenv("ENGINE_SYNTHETIC_DIR", str(tmp_path))
+    monkeypatch.setenv("ENGINE_CUPY_ATTEND_VALUE_RUNS", str(runs))  # module defines: read at load
+    monkeypatch.setenv("ENGINE_CUPY_ATTEND_SPLIT_SCORES", str(ts))
     model = load_model(spec, "cupy")
+    assert (model.ops.options.attend_value_runs, model.ops.options.attend_split_scores) == (
+        runs,
+        ts,
+    )
     # a 100-row prompt step is a graph of 128 rows: above the default's 64
     model.ops.options = dataclasses.replace(
         model.ops.options,
         graph_rows=128,
         attend_early=early,
         attend_k_first=k_first,
-        attend_value_runs=runs,
-        attend_split_scores=ts,
     )
 
     def eager_and_graph(segs: list, kvs: list) -> tuple[list, list]:
