@@ -55,14 +55,24 @@ def attend_defines(options: Any) -> tuple[str, ...]:
     return tuple(define for define, wanted in on if wanted)
 
 
+def forms_module(main: Any, defines: tuple[str, ...]) -> Any:
+    """The module of the pair and split attention kernels: `main`, or with `defines`
+    (attend_defines) one of their own compiled with them."""
+    if not defines:
+        return main
+    return cp.RawModule(
+        code=code_of(_FS_SOURCES), options=(*_OPTIONS, *DIAGNOSTIC_DEFINES, *defines)
+    )
+
+
 def attend_kernels(
-    module: Any, store: bool, defines: tuple[str, ...] = ()
+    module: Any, store: bool, forms: Any = None, defines: tuple[str, ...] = ()
 ) -> dict[tuple[str, int, str], Any]:
-    """The attention kernels of `module` by (kind, head dim, suffix); with `defines`
-    (attend_defines) the pair and split forms from a module of their own compiled with them;
-    with `store`, the attention that stores too (`<split>_fs`, its module compiled here)."""
+    """The attention kernels by (kind, head dim, suffix): the tile forms from `module`, the
+    pair and split forms from `forms` (forms_module; default `module`); with `store`, the
+    attention that stores too (`<split>_fs`, its module compiled here with `defines`)."""
     own = (*_OPTIONS, *DIAGNOSTIC_DEFINES, *defines)
-    paired = cp.RawModule(code=code_of(_FS_SOURCES), options=own) if defines else module
+    paired = module if forms is None else forms
     table = {
         (kind, d, split): (module if "tile" in split else paired).get_function(
             f"attend_{kind}_{d}{split}"

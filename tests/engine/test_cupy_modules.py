@@ -77,7 +77,11 @@ def test_attention_forms_by_define_are_a_module_of_their_own(modules) -> None:  
     both = CupyOptions(attend_value_runs=1, attend_split_scores=1)
     defines = modules.attend_defines(both)
     assert defines == ("-DENGINE_VALUE_RUNS", "-DENGINE_SPLIT_SCORES")
-    table = modules.attend_kernels(modules.main_module(), True, defines)
+    main_module = modules.main_module()
+    assert modules.forms_module(main_module, ()) is main_module
+    table = modules.attend_kernels(
+        main_module, True, modules.forms_module(main_module, defines), defines
+    )
     main, forms, fs = _Module.made
     assert not any(d in main.options for d in defines)
     assert all(d in forms.options and d in fs.options for d in defines)
