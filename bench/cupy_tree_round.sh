@@ -37,7 +37,7 @@ rm -rf /tmp/repo /tmp/base && git clone -q "$SRC" /tmp/repo && git clone -q "$SR
 python3 -c "from engine.model import synthetic; synthetic.resolve('synthetic:qwen3-0.6b')"
 M="--model synthetic:qwen3-0.6b"
 (cd /tmp/base && python3 bench/cupy_speed.py --streams 1 > "$OUT/base-warm.log" 2>&1) &
-timeout 240 python3 -m pytest -q -p no:cacheprovider tests/engine/test_cupy_attend_tile.py \
+timeout 330 python3 -m pytest -q -p no:cacheprovider tests/engine/test_cupy_attend_tile.py \
     tests/engine/test_cupy_fusions.py tests/engine/test_cupy_attend_plan.py \
     tests/engine/test_cupy_epilogues.py tests/engine/test_cupy_gemm.py \
     "tests/engine/test_cupy_graphs.py::test_graph_decode_equals_eager" \
