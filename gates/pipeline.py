@@ -151,7 +151,7 @@ def run(opts: Options) -> int:
     if not opts.quiet:
         part = "" if opts.shard is None else f" · shard {opts.shard[0]}/{opts.shard[1]}"
         log(f"[gates] {sides['base'].sha[:10]}..{sides['head'].sha[:10]} · matrix {m.name}{part}")
-    runner.run(arms)
+    opts, interrupted = _run_arms(runner, arms, opts, the_plan.notes)
     if st.corrupt:
         the_plan.notes.append(
             f"the result store had {len(st.corrupt)} unreadable entr"
@@ -164,9 +164,32 @@ def run(opts: Options) -> int:
     if opts.shard is not None:
         path = shard.write(out_dir, opts.shard, inp, run_info, runner, arms, time.monotonic() - t0)
         print(shard.line(path, runner, arms))
-        return EXIT_OK
-    rows = [runner.rows[a] for a in the_plan.arms]
-    return report(inp, run_info, rows, runner.results, runner.ran, out_dir, time.monotonic() - t0)
+        code = EXIT_OK
+    else:
+        rows = [runner.rows[a] for a in the_plan.arms]
+        wall = time.monotonic() - t0
+        code = report(inp, run_info, rows, runner.results, runner.ran, out_dir, wall)
+    if interrupted is not None:  # its receipt is written: the interrupt goes on
+        raise interrupted
+    return code
+
+
+def _run_arms(
+    runner: ArmRunner, arms: list, opts: Options, notes: list[str]
+) -> tuple[Options, KeyboardInterrupt | None]:
+    """Run the arms; on an interrupt (Ctrl-C, SIGTERM) note it and go on to a receipt of
+    what finished, without the speed and lean sections; the caller raises it again after."""
+    try:
+        runner.run(arms)
+        return opts, None
+    except KeyboardInterrupt as e:
+        done = sum(1 for r in runner.results.values() if r.ok)
+        notes.append(
+            f"the arms left when the run was interrupted ({str(e) or 'Ctrl-C'}): {done} of"
+            f" {len(arms)} had run cleanly, a gate with any other could not run; no speed or"
+            " lean section"
+        )
+        return dataclasses.replace(opts, speed=False, lean=False), e
 
 
 def extras(

@@ -94,11 +94,16 @@ class ArmRunner:
     def run(self, arms: list[Arm]) -> None:
         for arm in arms:
             self.rows[arm] = row_of(arm)
-        first = [a for a in arms if truth_of(a) is None]
-        self._phase(first, "")
-        second = [a for a in arms if truth_of(a) is not None]
-        if second:
-            self._phase(second, " (drafters fed their plain twin's replies)")
+        try:
+            first = [a for a in arms if truth_of(a) is None]
+            self._phase(first, "")
+            second = [a for a in arms if truth_of(a) is not None]
+            if second:
+                self._phase(second, " (drafters fed their plain twin's replies)")
+        finally:  # interrupted too: the arms that finished keep their outcome in their rows
+            self._settle()
+
+    def _settle(self) -> None:
         for arm, row in list(self.rows.items()):
             r = self.results.get(arm)
             if r is not None:

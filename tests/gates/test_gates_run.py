@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -74,7 +75,8 @@ WITH_SIGINT = (
 def test_interrupted_run_keeps_finished_arms(stub_repo, tmp_path):
     """Head's two fp8 arms hang (no timeout reaches them) and take both workers: every
     other arm has ended, and been stored, before the second starts to hang. SIGINT then
-    exits 130 with those results kept, and the next run takes them from the store."""
+    exits 130 with those results kept and a receipt of them (the gates with an unfinished
+    arm could not run), and the next run takes them from the store."""
     flag = tmp_path / "hang"
     stub_repo.hang_on(flag)
     stub_repo.commit("hangs while the flag file exists")
@@ -100,6 +102,15 @@ def test_interrupted_run_keeps_finished_arms(stub_repo, tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert stored() == 6
+    (partial,) = (stub_repo.root / "receipts").glob("*.json")
+    man = json.loads(partial.read_text())
+    assert "interrupted (Ctrl-C): 4 of 6 had run cleanly" in " ".join(man["notes"])
+    assert (
+        "skipped: the arms left when the run was interrupted"
+        in partial.with_suffix(".md").read_text()
+    )
+    states = {g["status"] for g in man["gates"]}
+    assert "could_not_run" in states and man["exit_code"] != 0, states
     flag.unlink()
     code, man, _ = run_gates(stub_repo)
     assert code == 0
