@@ -39,7 +39,8 @@ class Form:
     shared: int  # bytes of shared memory a block asks for
     rows: int = 0  # tile: rows a block takes
     heads: int = 1  # split: q heads (of one KV head) a block takes
-    # a key's score a thread: tile, the _tile_ts kernel; split, a flag of the same kernels
+    # a key's score a thread: tile, the _tile_ts kernel; split, the same kernels' names from
+    # a module compiled with ENGINE_SPLIT_SCORES (cupy_modules.attend_defines)
     thread_scores: bool = False
 
     @property

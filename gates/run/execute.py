@@ -233,7 +233,7 @@ class Progress:
         with self.lock:
             self.done += 1
             self.cached += cached
-            self.crashed += not result.ok
+            self.crashed += result.status is Status.CRASHED  # a refusal is no crash
             state = "ok" if result.ok else "CRASHED"
             if result.status is Status.REFUSED:  # exit 2: this engine will not run the arm
                 state = "REFUSED"
@@ -255,8 +255,8 @@ class Progress:
 
 
 def crash_note(result: ArmRun, width: int = 200) -> str:
-    """Why a crashed arm crashed, for its progress line (a run cut short keeps no receipt):
-    its reason and the last line of its stderr."""
+    """Why an arm crashed or was refused, for its progress line (seen as it happens, before
+    any receipt): its reason and the last line of its stderr."""
     if result.ok:
         return ""
     lines = [ln.strip() for ln in result.stderr_tail.splitlines() if ln.strip()]

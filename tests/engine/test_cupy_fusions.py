@@ -107,6 +107,7 @@ def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-de
     meta = (ptab, cp.zeros(n, dtype=cp.int32), last, page_rows)
     q = cp.asarray(rng.standard_normal((n, hq, d)).astype(np.float32))
     variant = variant_ops(attend_value_runs=runs, attend_split_scores=ts) if runs or ts else ops
+    assert (variant.attend_module is not variant.module) == bool(runs or ts)  # the defines' own
     got = {}
     for which, split in ((ops, 0), (variant, 10**6), (variant, 10**6), (variant, 10**6)):
         opts = dataclasses.replace(

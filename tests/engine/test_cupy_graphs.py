@@ -45,6 +45,7 @@ def test_graph_decode_equals_eager(tmp_path, monkeypatch, spec, early, k_first, 
         runs,
         ts,
     )
+    assert (model.ops.attend_module is not model.ops.module) == bool(runs or ts)
     # a 100-row prompt step is a graph of 128 rows: above the default's 64
     model.ops.options = dataclasses.replace(
         model.ops.options,

@@ -151,3 +151,4 @@ def test_a_crashed_arms_progress_line_says_why() -> None:
     assert first.endswith("CRASHED 1.6s: engine exited 1; RuntimeError: CUDA out of memory")
     assert second.endswith("· base: kv=fp8 p=1: ok 2.0s")
     assert third.endswith(": REFUSED 0.4s: refused (exit 2): --kv fp8 needs cupy")  # said once
+    assert "(0 cached, 1 crashed," in third  # the refusal is not counted as a crash
