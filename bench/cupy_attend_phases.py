@@ -110,7 +110,7 @@ def measure(spec: str, streams: int, context: int, kind: str, replays: int) -> d
 
     keep: dict[str, Any] = {}
     cupy_speed.ours(spec, streams, context, 3, kind, True, keep)
-    ptr = keep["ops"].attend_module.get_global("attend_phase_log")  # the split kernels' module
+    ptr = keep["ops"].module.get_global("attend_phase_log")
     log = cp.ndarray((BLOCKS * PHASES,), dtype=cp.int64, memptr=ptr)
     logs = []
     for _ in range(replays):

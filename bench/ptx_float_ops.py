@@ -57,11 +57,11 @@ def sources(ops_dir: Path) -> str:
 OPTIONAL_MODULES = ("ENGINE_ATTEND_FS",)
 
 
-def ptx(lib: ctypes.CDLL, code: str, define: str = "") -> str:
+def ptx(lib: ctypes.CDLL, code: str, *defines: str) -> str:
     prog = ctypes.c_void_p()
     lib.nvrtcCreateProgram(ctypes.byref(prog), code.encode(), b"module.cu", 0, None, None)
     opts = [b"-std=c++17", b"--gpu-architecture=compute_90"]
-    opts += [f"-D{define}".encode()] if define else []
+    opts += [f"-D{define}".encode() for define in defines]
     rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
     if rc:
         size = ctypes.c_size_t()
@@ -112,14 +112,15 @@ def float_ops(body: str) -> list[str]:
     return ops
 
 
-def all_kernels(lib: ctypes.CDLL, ops_dir: Path) -> dict[str, str]:
+def all_kernels(lib: ctypes.CDLL, ops_dir: Path, defines: tuple[str, ...] = ()) -> dict[str, str]:
     """Every kernel of the tree's modules: the main one, then those an option compiles (the
-    same sources with its macro defined; only the kernels the main module lacks)."""
+    same sources with its macro defined; only the kernels the main module lacks); each
+    compiled with `defines` too."""
     code = sources(ops_dir)
-    out = kernels(ptx(lib, code))
+    out = kernels(ptx(lib, code, *defines))
     for define in OPTIONAL_MODULES:
         if define in code:
-            extra = kernels(ptx(lib, code, define))
+            extra = kernels(ptx(lib, code, define, *defines))
             out |= {name: body for name, body in extra.items() if name not in out}
     return out
 
@@ -128,6 +129,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="main", help="a commit (its engine/ops)")
     ap.add_argument("--head", default=None, help="a commit; default: the working tree")
+    ap.add_argument(
+        "--base-define",
+        action="append",
+        default=[],
+        help="a macro to compile the base with (repeatable): a form a define compiled in "
+        "there, against the head that made it the default",
+    )
     args = ap.parse_args()
     root = Path(__file__).resolve().parents[1]
     lib = nvrtc()
@@ -142,7 +150,8 @@ def main() -> None:
                             str(dest), ref], check=True)  # fmt: skip
             trees[side] = dest / "engine/ops"
         try:
-            base, head = (all_kernels(lib, trees[s]) for s in ("base", "head"))
+            base = all_kernels(lib, trees["base"], tuple(args.base_define))
+            head = all_kernels(lib, trees["head"])
         finally:
             for side in ("base", "head"):
                 if Path(tmp, side).exists():

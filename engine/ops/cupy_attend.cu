@@ -21,10 +21,10 @@ __device__ __forceinline__ void attend_finish(const float* ms, const float* ls, 
     if (outb) outb[at + t] = f32_to_bf16(o);  // the o GEMM's input
 }
 
-// Keys jb .. jb + ATT_GV - 1 of a chunk's value pass, all of them in the chunk (VALUE_RUNS,
-// options.attend_value_runs): the guarded loop's float operations in its order, without its tests
-// a key, the weights ps[] read four at a time (ps + jb is 16-byte aligned: jb is a multiple
-// of ATT_GV, ps a multiple of D floats into the block's shared memory).
+// Keys jb .. jb + ATT_GV - 1 of a chunk's value pass, all of them in the chunk: the guarded
+// loop's float operations in its order, without its tests a key, the weights ps[] read four
+// at a time (ps + jb is 16-byte aligned: jb is a multiple of ATT_GV, ps a multiple of D
+// floats into the block's shared memory).
 template <int KIND, int D, bool STAGE>
 __device__ __forceinline__ void value_run(float* a, const float* ps, const void* vread,
                                           const int* rows, const float* vex, int jb, int t) {
@@ -74,9 +74,9 @@ __device__ __forceinline__ void value_run(float* a, const float* ps, const void*
 // of keys no kernel of this step writes before its wait for the kernel before (PDL_ENTRY):
 // a step of n rows writes only the top n positions of a row's keys, so keys 0 .. last - n
 // are older than the launch before it, whose own wait saw them done. Only when they land
-// changes, not a value. With SPLIT_SCORES (split, staged, not FS) thread t of a slot
-// scores key t of the chunk whole (key_score: the warp's arithmetic, lane parts then the
-// shuffle tree's pairs), the chunk's K rows staged SPLIT_KPAD pieces apart.
+// changes, not a value. A staged split launch (not FS) scores a key a thread: thread t of a
+// slot scores key t of the chunk whole (key_score: the warp's arithmetic, lane parts then
+// the shuffle tree's pairs), the chunk's K rows staged SPLIT_KPAD pieces apart.
 //
 // FS (split, staged): the q/k norms, RoPE and K/V write of the step (qkv_norm_rope_store's
 // work) in this launch, from the qkv projection's rows `hs` (heads_in below): each slot norms
@@ -118,7 +118,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
     constexpr bool STAGE = SPLIT && D <= 128;
     constexpr int VPR = D * code_bytes<KIND>() / 16;  // 16-byte pieces of one key's codes
     // with thread scores (ts) a key's K codes lie KP pieces after the key before's, else VPR
-    constexpr bool ts = STAGE && !FS && SPLIT_SCORES;
+    constexpr bool ts = STAGE && !FS;
     constexpr int KP = VPR + (ts ? SPLIT_KPAD : 0);
     uint4* kst = (uint4*)(slots + 5 * GD + 2 * ATT_NG * NQ);
     uint4* vst = kst + D * KP;
@@ -245,7 +245,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
 #pragma unroll
             for (int gg = 0; gg < ATT_GV; ++gg) a[gg] = 0.0f;
             for (int jb = 0; jb < cn; jb += ATT_GV) {
-                if (VALUE_RUNS && jb + ATT_GV <= cn) {  // the same for the whole group
+                if (jb + ATT_GV <= cn) {  // a whole run: the same for the whole group
                     value_run<KIND, D, STAGE>(a, ps, vread, rows, vex, jb, t);
                     continue;
                 }

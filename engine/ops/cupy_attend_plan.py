@@ -28,7 +28,7 @@ STAGE_DIMS = 128  # the split and tile kernels stage a chunk's codes in shared m
 TILE_PAIRS = 16  # (row, q head) pairs a tile block takes at most
 TILE_WARPS = 8  # TILE_WARPS in cupy_attend_tile.cu: a tile block's warps, a pair each at a time
 TILE_KPAD = 1  # TILE_KPAD there: 16-byte pieces after each staged key's K codes
-SPLIT_KPAD = 1  # SPLIT_KPAD in cupy_attend_stage.cu: the same in split launches, thread scores
+SPLIT_KPAD = 1  # SPLIT_KPAD in cupy_attend_stage.cu: the same in staged split launches
 SPLIT_HEADS = (4, 2)  # attend_<kind>_<D>_split<QH> in cupy_attend.cu (D <= STAGE_DIMS)
 SPLIT_FORMS = ("_split", *(f"_split{h}" for h in SPLIT_HEADS))  # the split kernels' suffixes
 
@@ -39,8 +39,7 @@ class Form:
     shared: int  # bytes of shared memory a block asks for
     rows: int = 0  # tile: rows a block takes
     heads: int = 1  # split: q heads (of one KV head) a block takes
-    # a key's score a thread: tile, the _tile_ts kernel; split, the same kernels' names from
-    # a module compiled with ENGINE_SPLIT_SCORES (cupy_modules.attend_defines)
+    # a key's score a thread: tile, the _tile_ts kernel; split, always where staged
     thread_scores: bool = False
 
     @property
@@ -53,13 +52,13 @@ class Form:
         return ""
 
 
-def split_shared(kind: str, d: int, heads: int = 1, thread_scores: bool = False) -> int:
+def split_shared(kind: str, d: int, heads: int = 1) -> int:
     """Shared bytes of one split block of `heads` q heads: their floats, and at d <=
     STAGE_DIMS a chunk's K and V codes (d keys of d codes each), staged once for all, the K
-    rows padded for thread scores."""
-    staged = 2 * d * d * CODE_BYTES[kind] if d <= STAGE_DIMS else 0
-    pad = 16 * SPLIT_KPAD * d if thread_scores and d <= STAGE_DIMS else 0
-    return heads * (6 * d + 2 * GROUPS) * 4 + staged + pad
+    rows padded for a key's score a thread (the store's kernels, which score a key a warp,
+    ask for the same)."""
+    staged = (2 * d * CODE_BYTES[kind] + 16 * SPLIT_KPAD) * d if d <= STAGE_DIMS else 0
+    return heads * (6 * d + 2 * GROUPS) * 4 + staged
 
 
 def split_heads(n: int, hq: int, hkv: int, d: int, kind: str, options: Any, limit: int) -> int:
@@ -68,9 +67,8 @@ def split_heads(n: int, hq: int, hkv: int, d: int, kind: str, options: Any, limi
     options.attend_split_heads and fits `limit` bytes; else 1."""
     if d > STAGE_DIMS or n * hq < max(1, options.attend_heads_from):
         return 1
-    ts = bool(options.attend_split_scores)
     for heads in SPLIT_HEADS:
-        fits = split_shared(kind, d, heads, ts) <= limit
+        fits = split_shared(kind, d, heads) <= limit
         if heads <= options.attend_split_heads and (hq // hkv) % heads == 0 and fits:
             return heads
     return 1
@@ -112,10 +110,10 @@ def choose(n: int, hq: int, hkv: int, d: int, kind: str, options: Any, limit: in
         return Form(
             "tile", tile_shared(kind, d, rows * (hq // hkv), rows, ts), rows, thread_scores=ts
         )
-    ts = bool(options.attend_split_scores)
-    if n * hq < options.attend_split and split_shared(kind, d, 1, ts) <= limit:
+    if n * hq < options.attend_split and split_shared(kind, d) <= limit:
         heads = split_heads(n, hq, hkv, d, kind, options, limit)
-        return Form("split", split_shared(kind, d, heads, ts), heads=heads, thread_scores=ts)
+        staged = d <= STAGE_DIMS
+        return Form("split", split_shared(kind, d, heads), heads=heads, thread_scores=staged)
     return Form("pair", pair_shared(d))
 
 
@@ -124,7 +122,7 @@ def shared_asks(kind: str, d: int, limit: int) -> dict[str, int]:
     unasked (at most `limit`): the most any of its launches asks for."""
     need = {"_tile": tile_shared(kind, d, TILE_PAIRS, TILE_PAIRS)}
     need["_tile_ts"] = tile_shared(kind, d, TILE_PAIRS, TILE_PAIRS, thread_scores=True)
-    need["_split"] = split_shared(kind, d, 1, True)  # the most: with thread scores
-    need |= {f"_split{h}": split_shared(kind, d, h, True) for h in SPLIT_HEADS}
+    need["_split"] = split_shared(kind, d)
+    need |= {f"_split{h}": split_shared(kind, d, h) for h in SPLIT_HEADS}
     need |= {f"{form}_fs": need[form] for form in SPLIT_FORMS}
     return {form: min(b, limit) for form, b in need.items() if b > 48 << 10}

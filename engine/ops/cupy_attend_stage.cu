@@ -84,21 +84,9 @@ struct AttLaps {
 #define ATT_EARLY 1
 #define ATT_K_FIRST 2
 
-// Forms compiled in by a define of the attention's own module (cupy_modules.attend_defines),
-// so that the main module's kernels stay what they are: the value pass by runs
-// (options.attend_value_runs, value_run in cupy_attend.cu) and split launches scoring a key a
-// thread from K rows padded by SPLIT_KPAD pieces (options.attend_split_scores; its value in
-// cupy_attend_plan.py too).
-#ifdef ENGINE_VALUE_RUNS
-constexpr bool VALUE_RUNS = true;
-#else
-constexpr bool VALUE_RUNS = false;
-#endif
-#ifdef ENGINE_SPLIT_SCORES
-constexpr bool SPLIT_SCORES = true;
-#else
-constexpr bool SPLIT_SCORES = false;
-#endif
+// Split launches score a key a thread (key_score) from K rows staged SPLIT_KPAD 16-byte
+// pieces apart, so a quarter warp's reads of its keys' pieces fall on distinct banks (its
+// value in cupy_attend_plan.py too).
 #define SPLIT_KPAD 1
 
 // bytes of one stored code: f32, bf16, fp8 (e4m3)

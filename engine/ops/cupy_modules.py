@@ -29,7 +29,7 @@ _SOURCES = (
     "cupy_mma.cu",
     "cupy_mma_wide.cu",
 )
-# the pair and split attention alone: the store's module, and one with attend_defines
+# the pair and split attention alone: the store's module
 _FS_SOURCES = ("cupy_kernels.cu", "cupy_attend_store.cu", "cupy_attend_stage.cu", "cupy_attend.cu")
 FS_DEFINE = "-DENGINE_ATTEND_FS"
 _OPTIONS = ("-std=c++17",)
@@ -47,43 +47,19 @@ def main_module() -> Any:
     return cp.RawModule(code=code_of(_SOURCES), options=(*_OPTIONS, *DIAGNOSTIC_DEFINES))
 
 
-def attend_defines(options: Any) -> tuple[str, ...]:
-    """The defines of the pair and split attention forms that `options` (CupyOptions) asks
-    for (cupy_attend_stage.cu); none by default."""
-    on = (("-DENGINE_VALUE_RUNS", options.attend_value_runs),)
-    on += (("-DENGINE_SPLIT_SCORES", options.attend_split_scores),)
-    return tuple(define for define, wanted in on if wanted)
-
-
-def forms_module(main: Any, defines: tuple[str, ...]) -> Any:
-    """The module of the pair and split attention kernels: `main`, or with `defines`
-    (attend_defines) one of their own compiled with them."""
-    if not defines:
-        return main
-    return cp.RawModule(
-        code=code_of(_FS_SOURCES), options=(*_OPTIONS, *DIAGNOSTIC_DEFINES, *defines)
-    )
-
-
-def attend_kernels(
-    module: Any, store: bool, forms: Any = None, defines: tuple[str, ...] = ()
-) -> dict[tuple[str, int, str], Any]:
-    """The attention kernels by (kind, head dim, suffix): the tile forms from `module`, the
-    pair and split forms from `forms` (forms_module; default `module`); with `store`, the
-    attention that stores too (`<split>_fs`, its module compiled here with `defines`)."""
-    own = (*_OPTIONS, *DIAGNOSTIC_DEFINES, *defines)
-    paired = module if forms is None else forms
+def attend_kernels(module: Any, store: bool) -> dict[tuple[str, int, str], Any]:
+    """The attention kernels by (kind, head dim, suffix) from `module`; with `store`, the
+    attention that stores too (`<split>_fs`, its module compiled here)."""
     table = {
-        (kind, d, split): (module if "tile" in split else paired).get_function(
-            f"attend_{kind}_{d}{split}"
-        )
+        (kind, d, split): module.get_function(f"attend_{kind}_{d}{split}")
         for kind in KINDS
         for d in ATTEND_HEAD_DIMS
         for split in ("", "_tile", "_tile_ts", *SPLIT_FORMS)
         if split in ("", "_split") or d <= STAGE_DIMS
     }
     if store:
-        fs = cp.RawModule(code=code_of(_FS_SOURCES), options=(*own, FS_DEFINE))
+        own = (*_OPTIONS, *DIAGNOSTIC_DEFINES, FS_DEFINE)
+        fs = cp.RawModule(code=code_of(_FS_SOURCES), options=own)
         table |= {
             (kind, d, f"{split}_fs"): fs.get_function(f"attend_{kind}_{d}{split}_fs")
             for kind in KINDS

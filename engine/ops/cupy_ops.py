@@ -109,11 +109,8 @@ class CupyOps:
                 *cupy_gemm.WIDE_KERNELS,
             )
         }  # fmt: skip
-        defines = cupy_modules.attend_defines(self.options)
-        # the pair and split kernels' module: the main one unless an option compiles its own
-        self.attend_module = cupy_modules.forms_module(self.module, defines)
         store = bool(self.options.attend_store)
-        self.attend_k = cupy_modules.attend_kernels(self.module, store, self.attend_module, defines)
+        self.attend_k = cupy_modules.attend_kernels(self.module, store)
         self.shared_limit = cupy_attention.shared_limit()
         cupy_attention.allow_shared(self.attend_k, self.shared_limit)
         self.pdl_kernels = pdl_kernels(self.k, self.attend_k)

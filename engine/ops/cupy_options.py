@@ -27,8 +27,6 @@ _SWITCHES = (
     ("ATTEND_THREAD_SCORES", "attend_thread_scores"),
     ("ATTEND_EARLY", "attend_early"),
     ("ATTEND_K_FIRST", "attend_k_first"),
-    ("ATTEND_VALUE_RUNS", "attend_value_runs"),
-    ("ATTEND_SPLIT_SCORES", "attend_split_scores"),
     ("ATTEND_STORE", "attend_store"),
 )
 _COUNTS = (
@@ -78,17 +76,6 @@ class CupyOptions:
     # store's kernels (attend_store) ignore it. Not yet run on a GPU (written 2026-12-07 after
     # the session's device time was spent): off
     attend_k_first: int = 0
-    # 1: the attention's value pass takes each run of ATT_GV keys wholly inside its chunk
-    # without a test a key, its weights read four at a time (cupy_attend.cu value_run); the
-    # same float operations in the same order. 0: every key tested. Compiled into the pair and
-    # split kernels of a module of their own only where asked (cupy_modules.attend_defines).
-    # Not yet run on a GPU (written 2026-12-07, fifth session, after its device time was spent)
-    attend_value_runs: int = 0
-    # 1: a split launch scores a key a thread (key_score, the tile kernel's thread scores: the
-    # warp's arithmetic, no shuffles), its K codes staged with SPLIT_KPAD pieces of padding a
-    # key; the same bits. 0: a key a warp. A module define as attend_value_runs. Not yet run on
-    # a GPU (2026-12-07, fifth session)
-    attend_split_scores: int = 0
     # 1: a graph step's split attention launch makes the q/k norms, RoPE and K/V write itself
     # from the qkv rows (cupy_attention.attend_qkv; one launch fewer a layer, the same bits).
     # 0: qkv_norm_rope_store, then the attention. Measured slower (H100: 1.46 ms a step
@@ -138,9 +125,8 @@ class CupyOptions:
         ENGINE_CUPY_ATTEND_SPLIT, ENGINE_CUPY_ATTEND_SPLIT_HEADS, ENGINE_CUPY_ATTEND_HEADS_FROM,
         ENGINE_CUPY_ATTEND_TILE and ENGINE_CUPY_GRAPH_ROWS (integers >= 0, default 512, 4,
         128, 64 and 64), ENGINE_CUPY_SILU_EPILOGUE, ENGINE_CUPY_ATTEND_THREAD_SCORES,
-        ENGINE_CUPY_ATTEND_EARLY, ENGINE_CUPY_ATTEND_K_FIRST, ENGINE_CUPY_ATTEND_VALUE_RUNS,
-        ENGINE_CUPY_ATTEND_SPLIT_SCORES and ENGINE_CUPY_ATTEND_STORE (0 or 1, default 1, 1, 1, 0,
-        0, 0, 0),
+        ENGINE_CUPY_ATTEND_EARLY, ENGINE_CUPY_ATTEND_K_FIRST and ENGINE_CUPY_ATTEND_STORE (0 or 1,
+        default 1, 1, 1, 0, 0),
         ENGINE_CUPY_WIDE_FROM (rows, default 128; 0: never), ENGINE_CUPY_GEMM (mma, cublas or own,
         default mma); a bad value is one InputError naming the variable."""
         env = os.environ if environ is None else environ

@@ -57,19 +57,3 @@ def count_taken(monkeypatch, module, name: str) -> list[bool]:  # type: ignore[n
 
     monkeypatch.setattr(module, name, counted)
     return taken
-
-
-_VARIANTS: dict[tuple, object] = {}
-
-
-def variant_ops(**options):  # type: ignore[no-untyped-def]
-    """A CupyOps made with these CupyOptions fields (forms compiled in by a module define,
-    cupy_modules.attend_defines, cannot be switched on an existing one); one per set of
-    options for the test session: each compiles its attention module."""
-    from engine.ops.cupy_ops import CupyOps
-    from engine.ops.cupy_options import CupyOptions
-
-    key = tuple(sorted(options.items()))
-    if key not in _VARIANTS:
-        _VARIANTS[key] = CupyOps(CupyOptions(**options), probe=False)
-    return _VARIANTS[key]

@@ -36,20 +36,25 @@ def test_thread_scores_take_their_kernel_and_the_padded_staging() -> None:
     assert decode.kernel == "_split2"  # decode steps keep their form
 
 
-def test_split_thread_scores_keep_the_kernel_and_pad_the_staging() -> None:
-    """attend_split_scores keeps the split kernels' names (from the module compiled with it,
-    cupy_modules.attend_defines): their K rows padded, and the most a split kernel is
-    allowed (shared_asks) covers the padded block."""
+def test_split_launches_score_a_key_a_thread_from_padded_rows() -> None:
+    """A staged split block (D <= 128) scores a key a thread: its K rows padded by a piece, and
+    the most a split kernel is allowed (shared_asks) covers the padded block; at D 256 nothing
+    is staged."""
     from engine.ops.cupy_attend_plan import shared_asks
 
     hq, hkv, d = QWEN3_06B
-    plain = choose(8, hq, hkv, d, "bf16", CupyOptions(), H200)
-    ts = choose(8, hq, hkv, d, "bf16", CupyOptions(attend_split_scores=1), H200)
-    assert (plain.kernel, ts.kernel) == ("_split2", "_split2")
-    assert (plain.thread_scores, ts.thread_scores) == (False, True)
-    assert ts.shared - plain.shared == 16 * d
-    assert shared_asks("bf16", d, H200)["_split2"] == ts.shared
-    assert split_shared("bf16", 256, 1, True) == split_shared("bf16", 256)  # D 256: no staging
+    form = choose(8, hq, hkv, d, "bf16", CupyOptions(), H200)
+    assert (form.kernel, form.thread_scores) == ("_split2", True)
+    floats = 2 * (6 * d + 2 * 4) * 4
+    assert form.shared == floats + 2 * d * d * 2 + 16 * d  # one piece after each key's K codes
+    assert shared_asks("bf16", d, H200)["_split2"] == form.shared
+    wide = choose(8, hq, hkv, 256, "bf16", CupyOptions(), H200)
+    assert (wide.name, wide.thread_scores, wide.shared) == (
+        "split",
+        False,
+        split_shared("bf16", 256),
+    )
+    assert split_shared("bf16", 256) == (6 * 256 + 2 * 4) * 4  # D 256: no staging
 
 
 def test_knobs_turn_forms_off() -> None:

@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tests.engine.cupy_setup import GPU_ONLY, variant_ops
+from tests.engine.cupy_setup import GPU_ONLY
 
 pytestmark = GPU_ONLY
 
@@ -76,13 +76,9 @@ def _attend(  # type: ignore[no-untyped-def]
     *args,
     ts: int = 0,
     k_first: int = 0,
-    runs: int = 0,
-    split_ts: int = 0,
 ):
-    """ops.attend(kind, q, kc, vc, ke, ve, meta) = args under these options (runs, split_ts:
-    from a CupyOps made with them): its output's bytes and its bf16 twin's."""
-    if runs or split_ts:
-        ops = variant_ops(attend_value_runs=runs, attend_split_scores=split_ts)
+    """ops.attend(kind, q, kc, vc, ke, ve, meta) = args under these options: its output's
+    bytes and its bf16 twin's."""
     opts = dataclasses.replace(
         ops.options,
         attend_tile=tile,
@@ -104,9 +100,7 @@ def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared, 
     larger drives some weights below float's range); and a row's bits stay when the rows are
     shuffled (other tile neighbours) or when it is alone. ts: the tile kernel's scores a key
     a thread (attend_thread_scores). The split launch also with a chunk's K codes waited for
-    before its V codes (attend_k_first); the split and pair launches with the value pass by
-    runs (attend_value_runs), the split launch with a key's score a thread
-    (attend_split_scores)."""
+    before its V codes (attend_k_first)."""
     import cupy as cp
 
     from engine.ops.cupy_attend_plan import choose
@@ -131,10 +125,6 @@ def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared, 
         assert tiled == _attend(ops, monkeypatch, 0, 0, *args), (d, hq, hkv)
         assert tiled == _attend(ops, monkeypatch, 0, 10**6, *args), (d, hq, hkv)
         assert tiled == _attend(ops, monkeypatch, 0, 10**6, *args, k_first=1), (d, hq, hkv)
-        assert tiled == _attend(ops, monkeypatch, 0, 10**6, *args, runs=1), (d, hq, hkv)
-        assert tiled == _attend(ops, monkeypatch, 0, 0, *args, runs=1), (d, hq, hkv)
-        got = _attend(ops, monkeypatch, 0, 10**6, *args, k_first=1, split_ts=1)
-        assert tiled == got, (d, hq, hkv)
         out = np.frombuffer(tiled[0], dtype=np.float32).reshape(n, hq, d)
         order = rng.permutation(n)
         meta2 = (meta[0], cp.asarray(poff[order]), cp.asarray(last[order]), page_rows)

@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tests.engine.cupy_setup import GPU_ONLY, variant_ops
+from tests.engine.cupy_setup import GPU_ONLY
 
 pytestmark = GPU_ONLY
 
@@ -71,15 +71,11 @@ def test_norm_rope_store_equals_norm_rope_then_store(ops, kind) -> None:  # type
         assert _codes(two, 0) == _codes(one, 0)  # the other layer untouched
 
 
-@pytest.mark.parametrize(
-    "early,k_first,runs,ts",
-    [(0, 0, 0, 0), (1, 0, 0, 0), (0, 1, 0, 0), (1, 1, 0, 0), (1, 0, 1, 0), (0, 1, 1, 0)]
-    + [(1, 0, 0, 1), (0, 1, 1, 1), (1, 1, 0, 1)],
-)
+@pytest.mark.parametrize("early,k_first", [(0, 0), (1, 0), (0, 1), (1, 1)])
 @pytest.mark.parametrize("heads", [1, 2, 4])
 @pytest.mark.parametrize("kind", ["f32", "bf16"])
 def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-def]
-    ops, monkeypatch, kind, heads, early, k_first, runs, ts
+    ops, monkeypatch, kind, heads, early, k_first
 ) -> None:
     """The split launch (its last block merging; a block of 1, 2 or 4 q heads of one KV
     head, the chunk staged once for them) == the one-block-per-pair launch, launch after
@@ -87,10 +83,10 @@ def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-de
     same counters elect again (all counters read zero after each). With `early` the first
     chunk's keys up to last - n are sent before the wait: whole chunks (row 300, group 0),
     part of one (rows 127, 128 and 300), none (row 0; row 128's second group). With
-    `k_first` each chunk's K codes are waited for before scoring, its V codes after. With
-    `runs` the value pass takes whole runs of keys untested (chunks of 1, 45, 128 keys: no
-    run, a run and a tail, all runs), split and pair alike, against the pair form without. With
-    `ts` the split launch scores a key a thread from padded K rows."""
+    `k_first` each chunk's K codes are waited for before scoring, its V codes after. The
+    value passes take whole runs of keys untested (chunks of 1, 45, 128 keys: no run, a run
+    and a tail, all runs); the split launch scores a key a thread from padded K rows, the pair
+    launch a key a warp."""
     import cupy as cp
 
     from engine.ops.cupy_attend_plan import choose
@@ -106,29 +102,23 @@ def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-de
     last = cp.asarray(np.array([0, 127, 128, 300, pages * page_rows - 1], dtype=np.int32))
     meta = (ptab, cp.zeros(n, dtype=cp.int32), last, page_rows)
     q = cp.asarray(rng.standard_normal((n, hq, d)).astype(np.float32))
-    variant = variant_ops(attend_value_runs=runs, attend_split_scores=ts) if runs or ts else ops
-    assert (variant.attend_module is not variant.module) == bool(runs or ts)  # the defines' own
     got = {}
-    for which, split in ((ops, 0), (variant, 10**6), (variant, 10**6), (variant, 10**6)):
+    for split in (0, 10**6, 10**6, 10**6):
         opts = dataclasses.replace(
-            which.options,
+            ops.options,
             attend_split=split,
             attend_split_heads=heads,
             attend_heads_from=1,
             attend_early=early,
             attend_k_first=k_first,
         )
-        monkeypatch.setattr(which, "options", opts)
+        monkeypatch.setattr(ops, "options", opts)
         if split:
-            assert choose(n, hq, hkv, d, kind, opts, which.shared_limit).heads == heads
-        out = which.attend(kind, q, kv.k[0], kv.v[0], None, None, meta)
-        twin = which._bf16[1]
+            assert choose(n, hq, hkv, d, kind, opts, ops.shared_limit).heads == heads
+        out = ops.attend(kind, q, kv.k[0], kv.v[0], None, None, meta)
+        twin = ops._bf16[1]
         got.setdefault(split, []).append((out.tobytes(), twin.tobytes()))
-        assert not bool(which.split_counters(1).any())
-    if variant is not ops:  # the variant's pair form too
-        monkeypatch.setattr(variant, "options", dataclasses.replace(opts, attend_split=0))
-        out = variant.attend(kind, q, kv.k[0], kv.v[0], None, None, meta)
-        got[0].append((out.tobytes(), variant._bf16[1].tobytes()))
+        assert not bool(ops.split_counters(1).any())
     assert all(g == got[0][0] for g in got[10**6] + got[0])
 
 

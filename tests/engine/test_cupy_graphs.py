@@ -16,36 +16,26 @@ pytestmark = GPU_ONLY
 
 
 @pytest.mark.parametrize(
-    "spec,early,k_first,runs,ts",
+    "spec,early,k_first",
     [
-        ("synthetic:tiny@5", 0, 0, 0, 0),
-        ("synthetic:tiny@5", 1, 0, 0, 0),
-        ("synthetic:tiny@5", 1, 1, 0, 0),
-        ("synthetic:tiny@5", 1, 0, 1, 1),
-        ("synthetic:tiny-moe@5", 0, 0, 0, 0),
+        ("synthetic:tiny@5", 0, 0),
+        ("synthetic:tiny@5", 1, 0),
+        ("synthetic:tiny@5", 1, 1),
+        ("synthetic:tiny-moe@5", 0, 0),
     ],
 )
-def test_graph_decode_equals_eager(tmp_path, monkeypatch, spec, early, k_first, runs, ts) -> None:  # type: ignore[no-untyped-def]
+def test_graph_decode_equals_eager(tmp_path, monkeypatch, spec, early, k_first) -> None:  # type: ignore[no-untyped-def]
     """Prompt steps and decode steps replayed from CUDA graphs give the eager forward's
     logits, hidden rows and KV bytes, for 1 and 3 streams, with the padded rows kept out of
     the streams' pages; the MoE model's steps go through graphs too (routing on the device).
     With `early` each split attention launch copies its old keys before it waits for the
     K/V write before it (in the graph, by programmatic dependent launch); with `k_first` it
-    scores once a chunk's K codes have landed, its V codes still on their way; with `runs`
-    its value pass takes whole runs of keys untested; with `ts` a split launch scores a key a
-    thread."""
+    scores once a chunk's K codes have landed, its V codes still on their way."""
     from engine.model.loader import load_model
     from engine.model.qwen3 import Segment, graph_step
 
     monkeypatch.setenv("ENGINE_SYNTHETIC_DIR", str(tmp_path))
-    monkeypatch.setenv("ENGINE_CUPY_ATTEND_VALUE_RUNS", str(runs))  # module defines: read at load
-    monkeypatch.setenv("ENGINE_CUPY_ATTEND_SPLIT_SCORES", str(ts))
     model = load_model(spec, "cupy")
-    assert (model.ops.options.attend_value_runs, model.ops.options.attend_split_scores) == (
-        runs,
-        ts,
-    )
-    assert (model.ops.attend_module is not model.ops.module) == bool(runs or ts)
     # a 100-row prompt step is a graph of 128 rows: above the default's 64
     model.ops.options = dataclasses.replace(
         model.ops.options,

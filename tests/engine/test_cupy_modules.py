@@ -69,29 +69,6 @@ def test_the_store_is_a_module_of_its_own(modules) -> None:  # type: ignore[no-u
                 assert (kind, d, split + "_fs") in table
 
 
-def test_attention_forms_by_define_are_a_module_of_their_own(modules) -> None:  # type: ignore[no-untyped-def]
-    """By default no define and no second module; with the value runs or split thread scores
-    asked for, the pair and split kernels come from a module compiled with their defines (and
-    the store's too), the tile kernels from the main module, untouched."""
-    assert modules.attend_defines(CupyOptions()) == ()
-    both = CupyOptions(attend_value_runs=1, attend_split_scores=1)
-    defines = modules.attend_defines(both)
-    assert defines == ("-DENGINE_VALUE_RUNS", "-DENGINE_SPLIT_SCORES")
-    main_module = modules.main_module()
-    assert modules.forms_module(main_module, ()) is main_module
-    table = modules.attend_kernels(
-        main_module, True, modules.forms_module(main_module, defines), defines
-    )
-    main, forms, fs = _Module.made
-    assert not any(d in main.options for d in defines)
-    assert all(d in forms.options and d in fs.options for d in defines)
-    assert modules.FS_DEFINE in fs.options and modules.FS_DEFINE not in forms.options
-    assert table["bf16", 128, "_split2"] in forms.names and "_split2" not in "".join(main.names)
-    assert all("tile" in name for name in main.names) and all("tile" not in n for n in forms.names)
-    for define in defines:  # the guards the defines select
-        assert f"#ifdef {define[2:]}" in forms.code
-
-
 def test_every_mma_kernel_the_gemm_chooses_is_compiled_and_looked_up(modules) -> None:  # type: ignore[no-untyped-def]
     """cupy_gemm.mma_kernel's names are in the table CupyOps looks up, each defined in the
     source; the fitted kernels serve one tile only: two chunks in flight where a warp has at

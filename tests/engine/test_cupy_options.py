@@ -44,12 +44,6 @@ def test_defaults_and_values_from_the_environment() -> None:
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_EARLY": "0"}).attend_early == 0
     assert CupyOptions.from_environ({}).attend_k_first == 0
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_K_FIRST": "1"}).attend_k_first == 1
-    assert CupyOptions.from_environ({}).attend_value_runs == 0
-    got = CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_VALUE_RUNS": "1"})
-    assert got.attend_value_runs == 1
-    assert CupyOptions.from_environ({}).attend_split_scores == 0
-    got = CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_SPLIT_SCORES": "1"})
-    assert got.attend_split_scores == 1
     assert CupyOptions.from_environ({}).attend_store == 0
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_STORE": "1"}).attend_store == 1
     assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_FROM": "1"}).wide_from == 1
