@@ -9,10 +9,10 @@
 #    the cupy suite, in what is left of ROUND_BUDGET seconds (default 560; ROUND_GATES=0 skips);
 # 5. bench/cupy_timeline.py on the head where ROUND_TIMELINE=1 (kernels in the step's graph);
 # 6. bench/cupy_op_profile.py --gpu-only on the head (ROUND_PROFILE=0 skips).
-# HEAD_ENV (e.g. ENGINE_CUPY_ATTEND_K_FIRST=1) is set for the head's speed runs, the suite and
+# HEAD_ENV (e.g. ENGINE_CUPY_ATTEND_STORE=1) is set for the head's speed runs, the suite and
 # the gates. The gates give it to both sides, so for an option's A/B take as BASE a commit from
 # before the option (which ignores the variable): with BASE == HEAD_REF both sides would run it.
-# ALT_ENV (e.g. "ENGINE_CUPY_ATTEND_K_FIRST=1;ENGINE_CUPY_GRAPHS=0", settings over HEAD_ENV's)
+# ALT_ENV (e.g. "ENGINE_CUPY_ATTEND_STORE=1;ENGINE_CUPY_GRAPHS=0", settings over HEAD_ENV's)
 # adds a speed arm each turn for each ';'-separated set: the head with it (speed only).
 # The base and the gates' trees come from .carry/repo.bundle where present (else this
 # checkout's .git); wheels in .whl (gitpython for the gates) are installed first. Logs in $OUT.

@@ -126,7 +126,6 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
     const void* vread = STAGE ? (const void*)vst : vc;
     const int r = blockIdx.x, h = SPLIT ? blockIdx.y * QH + gb : blockIdx.y, kvh = h / (hq / hkv);
     const bool early = flags & ATT_EARLY;
-    const bool k_first = STAGE && !FS && (flags & ATT_K_FIRST);  // the same for the whole block
     ATT_PHASE(8);
     ATT_PHASE(0);
     if (!(STAGE && early)) {
@@ -173,11 +172,8 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         __syncthreads();
         if (STAGE && live) {  // the same for the whole block: its barrier is block-wide
             const int cn = min(D, last - c0 + 1);
-            if (k_first)
-                copy_chunk_k_first<KIND, D, KP>(kc, vc, rows0, cn, QH * D, kst, vst, it ? 0 : sent);
-            else
-                copy_chunk<KIND, D, KP>(kc, vc, rows0, FS ? min(cn, max(0, fresh - c0)) : cn,
-                                        QH * D, kst, vst, it ? 0 : sent);
+            copy_chunk<KIND, D, KP>(kc, vc, rows0, FS ? min(cn, max(0, fresh - c0)) : cn, QH * D,
+                                    kst, vst, it ? 0 : sent);
             __syncthreads();
             if (FS) {
                 make_keys<KIND, D>(hs, r, c0, fresh, last, kvh, hq, hkv, t, gb == 0,
@@ -234,10 +230,6 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         ps[t] = p;
         const float psum = group_sum(red, t, D, p);  // its barriers order ps[] for the reads below
         ATT_LAP(lap(2));
-        if (k_first) {  // the chunk's V codes, sent after its K codes, landed and seen
-            if (live) copies_waited();
-            __syncthreads();
-        }
         if (live) {
             const float alpha = expf(m - m_new);  // 0 on the group's first chunk
             const int cn = min(D, last - c0 + 1);

@@ -79,10 +79,8 @@ struct AttLaps {
 #define ATT_LAP(f)
 #endif
 
-// bits of a split launch's `flags`: early copies (options.attend_early), K before V
-// (options.attend_k_first)
+// bits of a split launch's `flags`: early copies (options.attend_early)
 #define ATT_EARLY 1
-#define ATT_K_FIRST 2
 
 // Split launches score a key a thread (key_score) from K rows staged SPLIT_KPAD 16-byte
 // pieces apart, so a quarter warp's reads of its keys' pieces fall on distinct banks (its
@@ -172,25 +170,4 @@ __device__ __forceinline__ void copy_chunk(const void* kc, const void* vc, const
         copies_done();
     else
         copies_sent();
-}
-
-// copy_chunk's copies in two groups, K's then V's, and a wait for K's (and any group sent
-// before): the V codes land while the block scores (ATT_K_FIRST); copies_waited then waits
-// for them. Only when bytes arrive changes.
-template <int KIND, int D, int KP = D * code_bytes<KIND>() / 16>
-__device__ __forceinline__ void copy_chunk_k_first(const void* kc, const void* vc, const int* rows,
-                                                   int cn, int threads, uint4* kst, uint4* vst,
-                                                   int first) {
-    constexpr int VPR = D * code_bytes<KIND>() / 16;
-    for (int e = first * VPR + threadIdx.x; e < cn * VPR; e += threads) {
-        const int key = e / VPR, piece = e - key * VPR;
-        copy16_async(kst + key * KP + piece, (const uint4*)kc + (long long)rows[key] * VPR + piece);
-    }
-    copies_sent();
-    for (int e = first * VPR + threadIdx.x; e < cn * VPR; e += threads) {
-        const int key = e / VPR;
-        copy16_async(vst + e, (const uint4*)vc + (long long)rows[key] * VPR + (e - key * VPR));
-    }
-    copies_sent();
-    asm volatile("cp.async.wait_group 1;\n" ::);
 }

@@ -12,9 +12,8 @@ synchronizes before and after each replay). Graphs replayed concurrently on seve
 would need counters of their own.
 
 With `options.attend_early` a split launch sends the first chunk's copies of keys older than
-its step before it waits for the kernel before it (programmatic dependent launch); with
-`options.attend_k_first` it waits for a chunk's K codes alone before scoring and for its V
-codes before the value pass: in both only when bytes arrive changes.
+its step before it waits for the kernel before it (programmatic dependent launch): only when
+bytes arrive changes.
 
 `attend_qkv` (options.attend_store) runs a split launch's kernel with the step's q/k norms,
 RoPE and K/V write in it (the `_fs` kernels), from the qkv projection's rows: the bytes and
@@ -115,8 +114,8 @@ def _split(
 
 
 def split_flags(options: Any) -> np.int32:
-    """The split kernels' `flags` (cupy_attend_stage.cu): ATT_EARLY = 1, ATT_K_FIRST = 2."""
-    return np.int32(options.attend_early | options.attend_k_first << 1)
+    """The split kernels' `flags` (cupy_attend_stage.cu): ATT_EARLY = 1."""
+    return np.int32(options.attend_early)
 
 
 def attend_qkv(ops: Any, qkv: Any, heads: tuple, target: Any, meta: Any, fresh: Any) -> Any | None:

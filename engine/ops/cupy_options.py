@@ -26,7 +26,6 @@ _SWITCHES = (
     ("SILU_EPILOGUE", "silu_epilogue"),
     ("ATTEND_THREAD_SCORES", "attend_thread_scores"),
     ("ATTEND_EARLY", "attend_early"),
-    ("ATTEND_K_FIRST", "attend_k_first"),
     ("ATTEND_STORE", "attend_store"),
 )
 _COUNTS = (
@@ -71,11 +70,6 @@ class CupyOptions:
     # replay 1.26 ms against 1.29 at 1 stream, 1.76 against 1.78 at 8; gpu.yaml with it on
     # every split launch kept e8fbb48's bits (receipts/examples/gpu-h100-early-copies.md)
     attend_early: int = 1
-    # 1: a split launch copies a chunk's K codes, then its V codes, and scores once the K codes
-    # have landed (cupy_attend.cu, ATT_K_FIRST); the same bits. 0: one wait for both. The
-    # store's kernels (attend_store) ignore it. Not yet run on a GPU (written 2026-12-07 after
-    # the session's device time was spent): off
-    attend_k_first: int = 0
     # 1: a graph step's split attention launch makes the q/k norms, RoPE and K/V write itself
     # from the qkv rows (cupy_attention.attend_qkv; one launch fewer a layer, the same bits).
     # 0: qkv_norm_rope_store, then the attention. Measured slower (H100: 1.46 ms a step
@@ -125,8 +119,7 @@ class CupyOptions:
         ENGINE_CUPY_ATTEND_SPLIT, ENGINE_CUPY_ATTEND_SPLIT_HEADS, ENGINE_CUPY_ATTEND_HEADS_FROM,
         ENGINE_CUPY_ATTEND_TILE and ENGINE_CUPY_GRAPH_ROWS (integers >= 0, default 512, 4,
         128, 64 and 64), ENGINE_CUPY_SILU_EPILOGUE, ENGINE_CUPY_ATTEND_THREAD_SCORES,
-        ENGINE_CUPY_ATTEND_EARLY, ENGINE_CUPY_ATTEND_K_FIRST and ENGINE_CUPY_ATTEND_STORE (0 or 1,
-        default 1, 1, 1, 0, 0),
+        ENGINE_CUPY_ATTEND_EARLY and ENGINE_CUPY_ATTEND_STORE (0 or 1, default 1, 1, 1, 0),
         ENGINE_CUPY_WIDE_FROM (rows, default 128; 0: never), ENGINE_CUPY_GEMM (mma, cublas or own,
         default mma); a bad value is one InputError naming the variable."""
         env = os.environ if environ is None else environ

@@ -75,7 +75,6 @@ def _attend(  # type: ignore[no-untyped-def]
     split: int,
     *args,
     ts: int = 0,
-    k_first: int = 0,
 ):
     """ops.attend(kind, q, kc, vc, ke, ve, meta) = args under these options: its output's
     bytes and its bf16 twin's."""
@@ -84,7 +83,6 @@ def _attend(  # type: ignore[no-untyped-def]
         attend_tile=tile,
         attend_split=split,
         attend_thread_scores=ts,
-        attend_k_first=k_first,
     )
     monkeypatch.setattr(ops, "options", opts)
     out = ops.attend(*args)
@@ -99,8 +97,7 @@ def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared, 
     2, 3, 8 and 12 q heads a KV head (more pairs a tile than warps), q at two scales (the
     larger drives some weights below float's range); and a row's bits stay when the rows are
     shuffled (other tile neighbours) or when it is alone. ts: the tile kernel's scores a key
-    a thread (attend_thread_scores). The split launch also with a chunk's K codes waited for
-    before its V codes (attend_k_first)."""
+    a thread (attend_thread_scores)."""
     import cupy as cp
 
     from engine.ops.cupy_attend_plan import choose
@@ -124,7 +121,6 @@ def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared, 
         assert form.kernel == ("_tile_ts" if ts else "_tile"), form
         assert tiled == _attend(ops, monkeypatch, 0, 0, *args), (d, hq, hkv)
         assert tiled == _attend(ops, monkeypatch, 0, 10**6, *args), (d, hq, hkv)
-        assert tiled == _attend(ops, monkeypatch, 0, 10**6, *args, k_first=1), (d, hq, hkv)
         out = np.frombuffer(tiled[0], dtype=np.float32).reshape(n, hq, d)
         order = rng.permutation(n)
         meta2 = (meta[0], cp.asarray(poff[order]), cp.asarray(last[order]), page_rows)

@@ -71,19 +71,18 @@ def test_norm_rope_store_equals_norm_rope_then_store(ops, kind) -> None:  # type
         assert _codes(two, 0) == _codes(one, 0)  # the other layer untouched
 
 
-@pytest.mark.parametrize("early,k_first", [(0, 0), (1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("early", [0, 1])
 @pytest.mark.parametrize("heads", [1, 2, 4])
 @pytest.mark.parametrize("kind", ["f32", "bf16"])
 def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-def]
-    ops, monkeypatch, kind, heads, early, k_first
+    ops, monkeypatch, kind, heads, early
 ) -> None:
     """The split launch (its last block merging; a block of 1, 2 or 4 q heads of one KV
     head, the chunk staged once for them) == the one-block-per-pair launch, launch after
     launch: each merging slot sets its counter back, so a second and third launch over the
     same counters elect again (all counters read zero after each). With `early` the first
     chunk's keys up to last - n are sent before the wait: whole chunks (row 300, group 0),
-    part of one (rows 127, 128 and 300), none (row 0; row 128's second group). With
-    `k_first` each chunk's K codes are waited for before scoring, its V codes after. The
+    part of one (rows 127, 128 and 300), none (row 0; row 128's second group). The
     value passes take whole runs of keys untested (chunks of 1, 45, 128 keys: no run, a run
     and a tail, all runs); the split launch scores a key a thread from padded K rows, the pair
     launch a key a warp."""
@@ -110,7 +109,6 @@ def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-de
             attend_split_heads=heads,
             attend_heads_from=1,
             attend_early=early,
-            attend_k_first=k_first,
         )
         monkeypatch.setattr(ops, "options", opts)
         if split:

@@ -16,21 +16,14 @@ pytestmark = GPU_ONLY
 
 
 @pytest.mark.parametrize(
-    "spec,early,k_first",
-    [
-        ("synthetic:tiny@5", 0, 0),
-        ("synthetic:tiny@5", 1, 0),
-        ("synthetic:tiny@5", 1, 1),
-        ("synthetic:tiny-moe@5", 0, 0),
-    ],
+    "spec,early", [("synthetic:tiny@5", 0), ("synthetic:tiny@5", 1), ("synthetic:tiny-moe@5", 0)]
 )
-def test_graph_decode_equals_eager(tmp_path, monkeypatch, spec, early, k_first) -> None:  # type: ignore[no-untyped-def]
+def test_graph_decode_equals_eager(tmp_path, monkeypatch, spec, early) -> None:  # type: ignore[no-untyped-def]
     """Prompt steps and decode steps replayed from CUDA graphs give the eager forward's
     logits, hidden rows and KV bytes, for 1 and 3 streams, with the padded rows kept out of
     the streams' pages; the MoE model's steps go through graphs too (routing on the device).
     With `early` each split attention launch copies its old keys before it waits for the
-    K/V write before it (in the graph, by programmatic dependent launch); with `k_first` it
-    scores once a chunk's K codes have landed, its V codes still on their way."""
+    K/V write before it (in the graph, by programmatic dependent launch)."""
     from engine.model.loader import load_model
     from engine.model.qwen3 import Segment, graph_step
 
@@ -41,7 +34,6 @@ def test_graph_decode_equals_eager(tmp_path, monkeypatch, spec, early, k_first) 
         model.ops.options,
         graph_rows=128,
         attend_early=early,
-        attend_k_first=k_first,
     )
 
     def eager_and_graph(segs: list, kvs: list) -> tuple[list, list]:

@@ -42,8 +42,6 @@ def test_defaults_and_values_from_the_environment() -> None:
     assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_FROM": "0"}).wide_from == 0
     assert CupyOptions.from_environ({}).attend_early == 1
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_EARLY": "0"}).attend_early == 0
-    assert CupyOptions.from_environ({}).attend_k_first == 0
-    assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_K_FIRST": "1"}).attend_k_first == 1
     assert CupyOptions.from_environ({}).attend_store == 0
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_STORE": "1"}).attend_store == 1
     assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_FROM": "1"}).wide_from == 1
@@ -70,7 +68,6 @@ def test_defaults_and_values_from_the_environment() -> None:
         ({"ENGINE_CUPY_WIDE_FROM": "wide"}, "ENGINE_CUPY_WIDE_FROM"),
         ({"ENGINE_CUPY_ATTEND_THREAD_SCORES": "2"}, "ENGINE_CUPY_ATTEND_THREAD_SCORES"),
         ({"ENGINE_CUPY_ATTEND_EARLY": "2"}, "ENGINE_CUPY_ATTEND_EARLY"),
-        ({"ENGINE_CUPY_ATTEND_K_FIRST": "2"}, "ENGINE_CUPY_ATTEND_K_FIRST"),
         ({"ENGINE_CUPY_ATTEND_STORE": "on"}, "ENGINE_CUPY_ATTEND_STORE"),
         ({"ENGINE_CUPY_ATTEND_STORE": "2"}, "ENGINE_CUPY_ATTEND_STORE"),
     ],
