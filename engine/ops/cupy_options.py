@@ -63,7 +63,8 @@ class CupyOptions:
     attend_tile: int = 64
     # 1: the tile kernel scores a key a thread (attend_<kind>_<D>_tile_ts), with the warp's
     # arithmetic; the same bits. 0: a key a warp. H100, 512-token prompt: with wide_from
-    # 128, 30.7-31.8k tok/s against 25.7-26.3k (docs/cupy.md)
+    # 128, 30.7-31.8k tok/s against 25.7-26.3k (docs/cupy.md). Staged split launches always
+    # score a key a thread
     attend_thread_scores: int = 1
     # 1: a split launch copies the keys its step did not write before it waits for the
     # kernel before it (cupy_attend.cu, `early`); the same bits. 0: after. H100: decode step
