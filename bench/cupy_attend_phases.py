@@ -27,18 +27,22 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cupy_speed, beside this file
 
-PHASES = 12  # ATT_PHASES in cupy_attend_stage.cu (its comment says what each slot holds)
+PHASES = 13  # ATT_PHASES in cupy_attend_stage.cu (its comment says what each slot holds)
 BLOCKS = 8192  # ATT_PHASE_BLOCKS
 START_NS, END_NS, MERGED = 8, 9, 10
-# (from, to, label): clock64 marks, the interval between them (to < 0: slot `from` holds the
-# cycles themselves, a phase summed over the chunk passes)
+LOOP_FROM, LOOP_TO, LAPS = 12, 5, (2, 3, 4, 11)  # the chunk loop's marks, its laps' slots
+OUTSIDE = -2  # the loop's cycles that no lap holds
+# (from, to, label): clock64 marks, the interval between them (to == -1: slot `from` holds the
+# cycles themselves, a phase summed over the chunk passes; OUTSIDE: the loop less its laps)
 INTERVALS = (
     (0, 1, "start -> the wait for the kernel before ends"),
-    (1, 5, "-> the chunk loop's end, of which:"),
+    (1, 12, "-> q read (the early copies' barrier before it)"),
+    (12, 5, "-> the chunk loop's end, of which:"),
     (2, -1, "  keys' rows and copies (summed over passes)"),
     (3, -1, "  scores"),
     (4, -1, "  max and sum trees"),
     (11, -1, "  value pass"),
+    (12, OUTSIDE, "  outside the laps"),
     (5, 6, "-> partial sums out, election (split)"),
     (6, 7, "-> merge (merging blocks) / exit (split)"),
     (0, 7, "a block, start to end"),
@@ -85,8 +89,13 @@ def summarize(logs: list[np.ndarray]) -> dict[str, Any]:
 
 
 def _cycles(rows: np.ndarray, a: int, b: int) -> np.ndarray:
-    """Each block's cycles from mark a to mark b, or those summed in slot a (b < 0); blocks
-    without the marks left out."""
+    """Each block's cycles from mark a to mark b, or those summed in slot a (b == -1), or the
+    chunk loop's less its laps (b == OUTSIDE); blocks without the marks left out."""
+    if b == OUTSIDE:
+        cols = (LOOP_FROM, LOOP_TO, *LAPS)
+        have = np.all(rows[:, cols] >= 0, axis=1)
+        loop = rows[:, LOOP_TO] - rows[:, LOOP_FROM]
+        return (loop - rows[:, list(LAPS)].sum(axis=1))[have]
     if b < 0:
         return rows[:, a][rows[:, a] >= 0]
     return (rows[:, b] - rows[:, a])[(rows[:, a] >= 0) & (rows[:, b] >= 0)]

@@ -157,6 +157,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
     } else if (SPLIT || gb == 0) {
         qs[t] = q[((long long)r * hq + h) * D + t] * scale;
     }
+    ATT_PHASE(12);
     float m = NEG_INF, l = 0.0f, acc = 0.0f;
     ATT_LAPS;
     const int nchunks = last / D + 1;

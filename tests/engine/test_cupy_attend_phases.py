@@ -18,11 +18,13 @@ def _log(blocks: list[list[int]]) -> np.ndarray:
     return log.ravel()
 
 
-# clock marks 0, 1, 5, 6, 7 (cycles); summed pass phases 2, 3, 4, 11 (cycles); globaltimer
+# clock marks 0, 1, 12, 5, 6, 7 (cycles); summed pass phases 2, 3, 4, 11 (cycles); globaltimer
 # start and end (ns); merged: at 2 cycles a ns
-SPLIT = [0, 200, 1000, 400, 200, 3000, 3400, 4000, 10_000, 12_000, 0, 1200]
-MERGING = [100, 300, 1000, 400, 200, 3100, 3500, 8100, 10_500, 14_500, 1, 1200]
-PAIR = [0, 400, 600, 300, 100, 2400, -1, 2400, 11_000, 12_200, -1, 1000]  # no election mark
+SPLIT = [0, 200, 1000, 400, 200, 3000, 3400, 4000, 10_000, 12_000, 0, 1200, 200]
+MERGING = [100, 300, 1000, 400, 200, 3100, 3500, 8100, 10_500, 14_500, 1, 1200, 300]
+PAIR = [0, 400, 600, 300, 100, 2400, -1, 2400, 11_000, 12_200, -1, 1000, 400]  # no election
+# q read in 300 cycles, a loop of 3500 whose laps hold 2800: 700 outside them
+SLOW = [0, 200, 1000, 400, 200, 4000, 4400, 5000, 10_000, 12_500, 0, 1200, 500]
 
 
 def test_intervals_at_the_blocks_own_clock() -> None:
@@ -40,6 +42,15 @@ def test_intervals_at_the_blocks_own_clock() -> None:
     assert rows["a block, start to end"]["max"] == pytest.approx(4.0)
     assert s["span_us"] == pytest.approx(4.5) and s["start_spread_us"] == pytest.approx(0.5)
     assert (s["blocks"], s["merging"]) == (2, 1)
+
+
+def test_the_q_read_and_the_loop_outside_its_laps() -> None:
+    rows = {r["interval"]: r for r in tool.summarize([_log([SLOW, SPLIT])])["intervals"]}
+    q = rows["-> q read (the early copies' barrier before it)"]
+    assert (q["max"], q["mean"]) == (pytest.approx(0.15), pytest.approx(0.075))
+    outside = rows["  outside the laps"]
+    assert (outside["max"], outside["mean"]) == (pytest.approx(0.35), pytest.approx(0.175))
+    assert rows["-> the chunk loop's end, of which:"]["max"] == pytest.approx(1.75)
 
 
 def test_a_block_without_a_mark_is_left_out_of_that_interval_only() -> None:
