@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Issue 28's "done when" in one device call, on this checkout against a base commit:
+#   OUT=... bench/cupy_issue_round.sh BASE_REF [HEAD_REF]        (HEAD_REF default main)
+# 1. gpu.yaml BASE..HEAD without the speed look (flags unset == main: the base's bits), beside
+#    the cupy suite of this checkout (pytest -k "cupy or gemm or ..."), within GATES_S seconds
+#    (default 300); the receipt's files in $OUT/receipts.tgz;
+# 2. bench/cupy_bars.sh (ours, engine bench, MTP, the bars' table, then transformers) in what
+#    is left of ROUND_BUDGET seconds (default 575).
+# The gates' trees come from .carry/repo.bundle where present (else this checkout's .git);
+# wheels in .whl (gitpython for the gates) are installed first. Logs in $OUT.
+set -u
+BASE=$1
+HEADREF=${2:-main}
+OUT=${OUT:-/tmp/issue-round}
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
+fi
+export PYTHONUNBUFFERED=1 ENGINE_SYNTHETIC_DIR=${ENGINE_SYNTHETIC_DIR:-/tmp/syn}
+t0=$(date +%s)
+lap() { echo "[$(($(date +%s) - t0)) s] $*"; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+SRC=.; [ -f .carry/repo.bundle ] && SRC=.carry/repo.bundle
+rm -rf /tmp/repo && git clone -q "$SRC" /tmp/repo
+(cd /tmp/repo && git branch -q "$HEADREF" "origin/$HEADREF" 2>/dev/null; git log --oneline -1 "$HEADREF")
+python3 -c "from engine.model import synthetic; synthetic.resolve('synthetic:qwen3-0.6b')"
+gates_s=${GATES_S:-300}
+(cd /tmp/repo && timeout "$gates_s" python3 -m gates run --matrix matrices/gpu.yaml --base "$BASE" \
+    --head "$HEADREF" --jobs 6 --no-lean --no-speed > "$OUT/gates.log" 2>&1
+    echo "gates rc=$?" >> "$OUT/gates.log") &
+g=$!
+timeout "$((gates_s - 20))" python3 -m pytest -q -p no:cacheprovider tests/engine tests/conformance \
+    -k "cupy or gemm or launch or graph or fusions or tile or epilogue or wide" > "$OUT/suite.log" 2>&1
+lap "suite rc=$?: $(tail -1 "$OUT/suite.log")"
+grep -m8 -E "^(FAILED|ERROR)" "$OUT/suite.log"
+wait $g
+lap "$(tail -2 "$OUT/gates.log")"
+grep -hE "^\| (✅|❌)" /tmp/repo/receipts/*.gpu.md | head -9
+(cd /tmp/repo/receipts && tar czf "$OUT/receipts.tgz" .) 2>/dev/null
+left=$((${ROUND_BUDGET:-575} - ($(date +%s) - t0)))
+lap "bars with $left s"
+OUT="$OUT/bars" BARS_BUDGET=$((left - 5)) timeout "$left" bash bench/cupy_bars.sh > "$OUT/bars-run.log" 2>&1
+lap "bars rc=$?"
+grep -v "^\[" "$OUT/bars-run.log" | tail -12
+# a device call brings back a few files: the bars' logs as one
+tar czf "$OUT/bars.tgz" -C "$OUT" bars && rm -rf "$OUT/bars"
