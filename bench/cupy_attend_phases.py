@@ -27,9 +27,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cupy_speed, beside this file
 
-PHASES = 13  # ATT_PHASES in cupy_attend_stage.cu (its comment says what each slot holds)
+PHASES = 14  # ATT_PHASES in cupy_attend_stage.cu (its comment says what each slot holds)
 BLOCKS = 8192  # ATT_PHASE_BLOCKS
-START_NS, END_NS, MERGED = 8, 9, 10
+START_NS, END_NS, MERGED, PASSES = 8, 9, 10, 13
 LOOP_FROM, LOOP_TO, LAPS = 12, 5, (2, 3, 4, 11)  # the chunk loop's marks, its laps' slots
 OUTSIDE = -2  # the loop's cycles that no lap holds
 # (from, to, label): clock64 marks, the interval between them (to == -1: slot `from` holds the
@@ -69,23 +69,32 @@ def cycles_per_ns(rows: np.ndarray) -> float:
 def summarize(logs: list[np.ndarray]) -> dict[str, Any]:
     """Per interval of INTERVALS its mean, median and max µs over every block of every replay
     (a block without both marks is left out of that interval: the pair form writes no copy or
-    election marks), the launches' mean span and start spread (µs), blocks, merging blocks."""
+    election marks), the launches' mean span and start spread (µs), blocks, merging blocks;
+    and under "by_passes" the intervals of the blocks of each count of chunk passes."""
     runs = [blocks_of(log) for log in logs]
     if not any(len(r) for r in runs):
         raise ValueError("no attention block wrote its marks (was the define compiled in?)")
     rate = statistics.fmean(cycles_per_ns(r) for r in runs if len(r))
-    out: dict[str, Any] = {"cycles_per_ns": rate, "intervals": []}
-    for a, b, label in INTERVALS:
-        us = [float(x) / rate / 1e3 for r in runs for x in _cycles(r, a, b)]
-        if us:
-            row = {"interval": label, "mean": statistics.fmean(us), "median": statistics.median(us)}
-            out["intervals"].append({**row, "max": max(us), "blocks": len(us)})
+    out: dict[str, Any] = {"cycles_per_ns": rate, "intervals": _intervals(runs, rate)}
+    counts = sorted({int(c) for r in runs for c in r[:, PASSES] if c >= 0})
+    out["by_passes"] = {c: _intervals([r[r[:, PASSES] == c] for r in runs], rate) for c in counts}
     spans = [float(r[:, END_NS].max() - r[:, START_NS].min()) / 1e3 for r in runs if len(r)]
     spread = [float(r[:, START_NS].max() - r[:, START_NS].min()) / 1e3 for r in runs if len(r)]
     out["span_us"], out["start_spread_us"] = statistics.fmean(spans), statistics.fmean(spread)
     out["blocks"] = statistics.fmean(len(r) for r in runs)
     out["merging"] = statistics.fmean(int((r[:, MERGED] == 1).sum()) for r in runs)
     return out
+
+
+def _intervals(runs: list[np.ndarray], rate: float) -> list[dict[str, Any]]:
+    """INTERVALS' rows (interval, mean, median, max µs, blocks) over these blocks."""
+    rows = []
+    for a, b, label in INTERVALS:
+        us = [float(x) / rate / 1e3 for r in runs for x in _cycles(r, a, b)]
+        if us:
+            row = {"interval": label, "mean": statistics.fmean(us), "median": statistics.median(us)}
+            rows.append({**row, "max": max(us), "blocks": len(us)})
+    return rows
 
 
 def _cycles(rows: np.ndarray, a: int, b: int) -> np.ndarray:
@@ -102,9 +111,16 @@ def _cycles(rows: np.ndarray, a: int, b: int) -> np.ndarray:
 
 
 def table(s: dict[str, Any]) -> str:
-    lines = ["| phase | mean µs | median µs | max µs |", "| --- | --- | --- | --- |"]
+    counts = sorted(s.get("by_passes", {}))
+    head = "| phase | mean µs | median µs | max µs |"
+    head += "".join(f" mean, {c} pass{'es' if c != 1 else ''} |" for c in counts)
+    lines = [head, "| --- " * (4 + len(counts)) + "|"]
     for r in s["intervals"]:
-        lines.append(f"| {r['interval']} | {r['mean']:.2f} | {r['median']:.2f} | {r['max']:.2f} |")
+        cells = f"| {r['interval']} | {r['mean']:.2f} | {r['median']:.2f} | {r['max']:.2f} |"
+        for c in counts:
+            got = [x for x in s["by_passes"][c] if x["interval"] == r["interval"]]
+            cells += f" {got[0]['mean']:.2f} |" if got else " |"
+        lines.append(cells)
     lines.append(
         f"\nlaunch span {s['span_us']:.2f} µs, blocks started over {s['start_spread_us']:.2f} µs;"
         f" {s['blocks']:.0f} blocks, {s['merging']:.0f} merging; SM clock"

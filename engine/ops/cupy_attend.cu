@@ -264,6 +264,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
     }
     ATT_LAP(write());
     ATT_PHASE(5);
+    ATT_PHASE(13, (long long)max(0, (nchunks - g + ATT_NG - 1) / ATT_NG));  // its passes
     if (SPLIT) {  // part[(r, h)]: ATT_NG maxima, ATT_NG sums, then ATT_NG outputs of D
         float* p = part + ((long long)r * hq + h) * ATT_NG * (D + 2);
         if (t == 0) {

@@ -36,12 +36,13 @@ __device__ __forceinline__ void copies_done() {
 // ENGINE_ATTEND_PHASES (bench/cupy_attend_phases.py only; never in the engine's modules): each
 // block's thread 0 writes into attend_phase_log[block][k] clock64() at its start (0), the end of
 // its wait for the kernel before (1), its q read (12: thread 0's own load waited for), the
-// chunk loop's end (5), the election (6) and its end (7); globaltimer at its start (8) and end (9); whether its slot 0 merged (10); and the cycles
-// each phase of a chunk pass took, summed over the passes (ATT_LAP: 2 the keys' rows and the
-// copies, 3 scores, 4 the max and sum trees, 11 the value pass). Off, ATT_PHASE and ATT_LAP
-// are nothing and the kernels are what they are without them.
+// chunk loop's end (5), the election (6) and its end (7); globaltimer at its start (8) and end
+// (9); whether its slot 0 merged (10); how many chunk passes its group took (13); and the
+// cycles each phase of a chunk pass took, summed over the passes (ATT_LAP: 2 the keys' rows
+// and the copies, 3 scores, 4 the max and sum trees, 11 the value pass). Off, ATT_PHASE and
+// ATT_LAP are nothing and the kernels are what they are without them.
 #ifdef ENGINE_ATTEND_PHASES
-#define ATT_PHASES 13
+#define ATT_PHASES 14
 #define ATT_PHASE_BLOCKS 8192
 __device__ long long attend_phase_log[ATT_PHASE_BLOCKS * ATT_PHASES];
 __device__ __forceinline__ long long* att_phase_row() {
