@@ -6,13 +6,16 @@
 #    (default 300); the receipt's files in $OUT/receipts.tgz;
 # 2. bench/cupy_bars.sh (ours, engine bench, MTP, the bars' table, then transformers) in what
 #    is left of ROUND_BUDGET seconds (default 575).
-# The gates' trees come from .carry/repo.bundle where present (else this checkout's .git);
-# wheels in .whl (gitpython for the gates) are installed first. Logs in $OUT.
+# The gates' trees come from .carry/repo.bundle (`git bundle create .carry/repo.bundle HEAD
+# main` before the call: a device machine's copy of .git may be stale), which must hold
+# HEAD_REF at this working tree's commit; wheels in .whl (gitpython for the gates) are
+# installed first. Logs in $OUT.
 set -u
 BASE=$1
 HEADREF=${2:-main}
 OUT=${OUT:-/tmp/issue-round}
-mkdir -p "$OUT"
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)  # absolute: the gates run from their clone
+[ -f .carry/repo.bundle ] || { echo "no .carry/repo.bundle: the gates would test a stale tree" >&2; exit 2; }
 if ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
@@ -21,9 +24,14 @@ export PYTHONUNBUFFERED=1 ENGINE_SYNTHETIC_DIR=${ENGINE_SYNTHETIC_DIR:-/tmp/syn}
 t0=$(date +%s)
 lap() { echo "[$(($(date +%s) - t0)) s] $*"; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-SRC=.; [ -f .carry/repo.bundle ] && SRC=.carry/repo.bundle
-rm -rf /tmp/repo && git clone -q "$SRC" /tmp/repo
+rm -rf /tmp/repo && git clone -q .carry/repo.bundle /tmp/repo
 (cd /tmp/repo && git branch -q "$HEADREF" "origin/$HEADREF" 2>/dev/null; git log --oneline -1 "$HEADREF")
+# the suite runs this working tree, the gates HEAD_REF: say so where their files differ
+git -C /tmp/repo checkout -q "$HEADREF"
+for d in engine tests; do
+    diff -rq --exclude=__pycache__ "/tmp/repo/$d" "$d" >/dev/null \
+        || echo "warning: $d/ of $HEADREF in the bundle is not this working tree's"
+done
 python3 -c "from engine.model import synthetic; synthetic.resolve('synthetic:qwen3-0.6b')"
 gates_s=${GATES_S:-300}
 (cd /tmp/repo && timeout "$gates_s" python3 -m gates run --matrix matrices/gpu.yaml --base "$BASE" \
@@ -40,7 +48,12 @@ grep -hE "^\| (✅|❌)" /tmp/repo/receipts/*.gpu.md | head -9
 (cd /tmp/repo/receipts && tar czf "$OUT/receipts.tgz" .) 2>/dev/null
 left=$((${ROUND_BUDGET:-575} - ($(date +%s) - t0)))
 lap "bars with $left s"
-OUT="$OUT/bars" BARS_BUDGET=$((left - 5)) timeout "$left" bash bench/cupy_bars.sh > "$OUT/bars-run.log" 2>&1
+if [ "$left" -lt 120 ]; then
+    echo "too little time left for the bars"
+    exit 0
+fi
+# cupy_bars.sh's own steps take their time first; transformers get what is left of the budget
+OUT="$OUT/bars" BARS_BUDGET=$((left - 5)) timeout -k 5 "$left" bash bench/cupy_bars.sh > "$OUT/bars-run.log" 2>&1
 lap "bars rc=$?"
 grep -v "^\[" "$OUT/bars-run.log" | tail -12
 # a device call brings back a few files: the bars' logs as one

@@ -82,10 +82,11 @@ def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-de
     launch: each merging slot sets its counter back, so a second and third launch over the
     same counters elect again (all counters read zero after each). With `early` the first
     chunk's keys up to last - n are sent before the wait: whole chunks (row 300, group 0),
-    part of one (rows 127, 128 and 300), none (row 0; row 128's second group). The
-    value passes take whole runs of keys untested (chunks of 1, 45, 128 keys: no run, a run
-    and a tail, all runs); the split launch scores a key a thread from padded K rows, the pair
-    launch a key a warp."""
+    part of one (rows 127, 128 and 300), none (row 0; row 128's second group). Chunks of
+    1, 45 and 128 keys (no whole run of 32 keys, a run and a tail, all runs) pass through both
+    forms' value passes, which share value_run: the tile test (test_cupy_attend_tile.py)
+    checks them against the tile kernel's own value pass. The split launch scores a key a
+    thread from padded K rows, the pair launch a key a warp."""
     import cupy as cp
 
     from engine.ops.cupy_attend_plan import choose
