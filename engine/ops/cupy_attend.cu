@@ -76,7 +76,7 @@ __device__ __forceinline__ void value_run(float* a, const float* ps, const void*
 // are older than the launch before it, whose own wait saw them done. Only when they land
 // changes, not a value. A staged split launch (not FS) scores a key a thread: thread t of a
 // slot scores key t of the chunk whole (key_score: the warp's arithmetic, lane parts then
-// the shuffle tree's pairs), the chunk's K rows staged SPLIT_KPAD pieces apart.
+// the shuffle tree's pairs), the chunk's K rows staged KPAD pieces apart.
 //
 // FS (split, staged): the q/k norms, RoPE and K/V write of the step (qkv_norm_rope_store's
 // work) in this launch, from the qkv projection's rows `hs` (heads_in below): each slot norms
@@ -119,7 +119,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
     constexpr int VPR = D * code_bytes<KIND>() / 16;  // 16-byte pieces of one key's codes
     // with thread scores (ts) a key's K codes lie KP pieces after the key before's, else VPR
     constexpr bool ts = STAGE && !FS;
-    constexpr int KP = VPR + (ts ? SPLIT_KPAD : 0);
+    constexpr int KP = VPR + (ts ? KPAD : 0);
     uint4* kst = (uint4*)(slots + 5 * GD + 2 * ATT_NG * NQ);
     uint4* vst = kst + D * KP;
     const void* kread = STAGE ? (const void*)kst : kc;

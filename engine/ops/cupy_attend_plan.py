@@ -27,8 +27,7 @@ CODE_BYTES = {"f32": 4, "bf16": 2, "fp8": 1}  # a stored code of each kind
 STAGE_DIMS = 128  # the split and tile kernels stage a chunk's codes in shared memory up to this D
 TILE_PAIRS = 16  # (row, q head) pairs a tile block takes at most
 TILE_WARPS = 8  # TILE_WARPS in cupy_attend_tile.cu: a tile block's warps, a pair each at a time
-TILE_KPAD = 1  # TILE_KPAD there: 16-byte pieces after each staged key's K codes
-SPLIT_KPAD = 1  # SPLIT_KPAD in cupy_attend_stage.cu: the same in staged split launches
+KPAD = 1  # KPAD in cupy_attend_stage.cu: pieces after a staged K row a thread scores whole
 SPLIT_HEADS = (4, 2)  # attend_<kind>_<D>_split<QH> in cupy_attend.cu (D <= STAGE_DIMS)
 SPLIT_FORMS = ("_split", *(f"_split{h}" for h in SPLIT_HEADS))  # the split kernels' suffixes
 
@@ -57,7 +56,7 @@ def split_shared(kind: str, d: int, heads: int = 1) -> int:
     STAGE_DIMS a chunk's K and V codes (d keys of d codes each), staged once for all, the K
     rows padded for a key's score a thread (the store's kernels, which score a key a warp,
     ask for the same)."""
-    staged = (2 * d * CODE_BYTES[kind] + 16 * SPLIT_KPAD) * d if d <= STAGE_DIMS else 0
+    staged = (2 * d * CODE_BYTES[kind] + 16 * KPAD) * d if d <= STAGE_DIMS else 0
     return heads * (6 * d + 2 * GROUPS) * 4 + staged
 
 
@@ -79,7 +78,7 @@ def tile_shared(kind: str, d: int, pairs: int, rows: int, thread_scores: bool = 
     codes (with thread scores, K rows padded), each pair's q and its groups' state, a warp's
     weights, and per key or row."""
     floats = pairs * d + TILE_WARPS * d + 2 * d + 2 * pairs * GROUPS + pairs * GROUPS * d
-    pad = 16 * TILE_KPAD * d if thread_scores else 0
+    pad = 16 * KPAD * d if thread_scores else 0
     return 2 * d * d * CODE_BYTES[kind] + pad + 4 * (floats + d + rows)
 
 

@@ -83,10 +83,10 @@ struct AttLaps {
 // bits of a split launch's `flags`: early copies (options.attend_early)
 #define ATT_EARLY 1
 
-// Split launches score a key a thread (key_score) from K rows staged SPLIT_KPAD 16-byte
-// pieces apart, so a quarter warp's reads of its keys' pieces fall on distinct banks (its
-// value in cupy_attend_plan.py too).
-#define SPLIT_KPAD 1
+// Where a thread scores a whole key (key_score: staged split launches, the _tile_ts kernels),
+// the staged K rows lie KPAD 16-byte pieces apart, so a quarter warp's reads of its keys'
+// pieces fall on distinct banks (its value in cupy_attend_plan.py too).
+#define KPAD 1
 
 // bytes of one stored code: f32, bf16, fp8 (e4m3)
 template <int KIND>

@@ -1,6 +1,6 @@
 // Attention over many query rows that share their keys (a prompt step, a verify step), after
-// cupy_attend.cu (attend_finish), cupy_attend_stage.cu (chunk_key, copy_chunk, pair_tree)
-// and cupy_kernels.cu (the codecs).
+// cupy_attend.cu (attend_finish), cupy_attend_stage.cu (chunk_key, copy_chunk, pair_tree,
+// key_score, KPAD) and cupy_kernels.cu (the codecs).
 //
 // One block of TILE_WARPS warps per (tile of rows, KV head): its (row, q head) pairs. For
 // each chunk of D keys (at absolute positions, as in attend_paged) the block copies the
@@ -26,7 +26,6 @@
 // they see are ref's; any other row then runs alone, its keys staged through its own list.
 // Only pages a row's own keys lie in are read through its list.
 #define TILE_WARPS 8
-#define TILE_KPAD 1  // 16-byte pieces after a staged key's K codes: a quarter warp's rows on other banks
 
 // N consecutive codes from element i (a multiple of N) of 16-byte aligned codes, as floats: one
 // shared-memory load, each value as load_code makes it
@@ -98,7 +97,7 @@ __device__ __forceinline__ void warp_scores(const float* qs, const uint4* kst, c
 
 // the pair's chunk by one warp (see the top); s_m, s_l, s_acc: its group's state. TS: each
 // lane scores keys lane, lane + 32, .. whole (key_score; K rows staged KP pieces apart, KP =
-// VPR + TILE_KPAD); else the warp scores each key, a lane's dims then the shuffle tree
+// VPR + KPAD); else the warp scores each key, a lane's dims then the shuffle tree
 template <int KIND, int D, bool TS>
 __device__ __forceinline__ void tile_pair_chunk(const float* qs, const uint4* kst, const uint4* vst,
                                                 const float* kex, const float* vex, float* ps,
@@ -108,7 +107,7 @@ __device__ __forceinline__ void tile_pair_chunk(const float* qs, const uint4* ks
     const int lane = threadIdx.x & 31;
     const int cn = min(D, last - c0 + 1);
     if constexpr (TS) {
-        constexpr int KP = D * code_bytes<KIND>() / 16 + TILE_KPAD;
+        constexpr int KP = D * code_bytes<KIND>() / 16 + KPAD;
         for (int j = lane; j < cn; j += 32)
             ps[j] = key_score<KIND, D>(qs, kst + j * KP, KIND == KIND_FP8 ? kex[j] : 0.0f);
     } else {
@@ -219,7 +218,7 @@ __device__ void attend_tile(const float* q, const void* kc, const void* vc,
                             unsigned short* outb, int n, int hq, int hkv, int page_rows,
                             float scale, int tile_rows) {
     extern __shared__ uint4 staged[];
-    constexpr int VPR = D * code_bytes<KIND>() / 16, KP = VPR + (TS ? TILE_KPAD : 0);
+    constexpr int VPR = D * code_bytes<KIND>() / 16, KP = VPR + (TS ? KPAD : 0);
     const int t = threadIdx.x, warp = t >> 5;
     const int qpk = hq / hkv, kvh = blockIdx.y, r0 = blockIdx.x * tile_rows;
     const int rows_here = min(tile_rows, n - r0), pairs = rows_here * qpk;

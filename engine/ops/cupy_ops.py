@@ -109,8 +109,7 @@ class CupyOps:
                 *cupy_gemm.WIDE_KERNELS,
             )
         }  # fmt: skip
-        store = bool(self.options.attend_store)
-        self.attend_k = cupy_modules.attend_kernels(self.module, store)
+        self.attend_k = cupy_modules.attend_kernels(self.module, bool(self.options.attend_store))
         self.shared_limit = cupy_attention.shared_limit()
         cupy_attention.allow_shared(self.attend_k, self.shared_limit)
         self.pdl_kernels = pdl_kernels(self.k, self.attend_k)

@@ -130,7 +130,8 @@ def test_jobs_on_a_cuda_backend_is_arms_per_gpu(monkeypatch):
 
 
 def test_a_crashed_arms_progress_line_says_why() -> None:
-    """A run cut short writes no receipt: the progress line is where a crash's cause shows."""
+    """The progress line says why an arm crashed or was refused as it happens, before any
+    receipt (a machine taken back mid-run may leave nothing else)."""
     import io
 
     from gates.run.execute import Progress
