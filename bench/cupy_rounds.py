@@ -43,17 +43,38 @@ def table(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_ABSENT = object()
+
+
+def host_parts() -> list[tuple[Any, str]]:
+    """The engine's and the cupy backend's host steps of a round (cupy only)."""
+    from engine.lanes import engine, policy
+    from engine.model import qwen3
+    from engine.ops import cupy_graph, cupy_kv, cupy_rows
+
+    return [
+        (engine.Engine, "_round"), (engine.Engine, "_emit"), (policy, "choose"),
+        (qwen3, "graph_step"), (cupy_kv.CupyKV, "fixed_rows"),
+        (cupy_graph.StepGraph, "fill"), (cupy_graph.StepGraph, "rows_to_host"),
+        (cupy_rows, "scan_device"),
+    ]  # fmt: skip
+
+
 class Timers:
-    """Wall time of each call of some methods of the model and its ops (instance attributes
-    that shadow the methods while installed)."""
+    """Wall time of each call of some functions: methods of an instance or a class, or a
+    module's functions (looked up at call time), wrapped while installed."""
 
     def __init__(self, targets: list[tuple[Any, str]]) -> None:
         self.targets = targets
         self.ms: dict[str, list[float]] = defaultdict(list)
+        self._saved: list[tuple[Any, str, Any]] = []
 
     def install(self) -> None:
         for obj, name in self.targets:
             real = getattr(obj, name)
+            self._saved.append((obj, name, vars(obj).get(name, _ABSENT)))
+            if isinstance(obj, type):  # a class: the wrapper binds as the method did
+                real = vars(obj)[name]
 
             def timed(*args: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
                 t = time.perf_counter()
@@ -64,8 +85,12 @@ class Timers:
             setattr(obj, name, timed)
 
     def remove(self) -> None:
-        for obj, name in self.targets:
-            delattr(obj, name)
+        for obj, name, saved in reversed(self._saved):
+            if saved is _ABSENT:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, saved)
+        self._saved = []
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -101,6 +126,8 @@ def main() -> None:
         timers = Timers([(model, "forward"), (model.ops, "to_numpy")])
         if hasattr(model.ops, "run_graph"):
             timers.targets.append((model.ops, "run_graph"))
+        if args.backend == "cupy":
+            timers.targets.extend(host_parts())
         timers.install()
         measure(model, ns, n, args.gen_tokens)  # a third run, timed by parts
         timers.remove()
@@ -117,7 +144,9 @@ def main() -> None:
         measure(model, ns, args.profile, args.gen_tokens)
         prof.disable()
         s = io.StringIO()
-        pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
+        stats = pstats.Stats(prof, stream=s)
+        stats.sort_stats("tottime").print_stats(30)
+        stats.sort_stats("cumulative").print_stats(45)
         print(s.getvalue())
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
