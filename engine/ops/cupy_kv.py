@@ -18,6 +18,7 @@ import numpy as np
 from engine.errors import InputError
 from engine.kv import codec
 from engine.ops.base import KVSegment, StoredAttend
+from engine.ops.paged_rows import place_rows
 
 CODE_DTYPES = {"bf16": cp.uint16, "fp8": cp.uint8, "f32": cp.float32}
 KINDS = {"f32": 0, "bf16": 1, "fp8": 2}  # the code kind as the kernels take it
@@ -143,40 +144,12 @@ class CupyKV:
         return self.ops.attend(self.kind, q, self.k[layer], self.v[layer], ke, ve, meta)
 
     def fixed_rows(self, segments: list[KVSegment], rows: int) -> dict[str, np.ndarray] | None:
-        """Host arrays that place a step's rows for a fixed shape of `rows` rows: each row's
-        slot, page list (rows * lane_pages, flat) and offset into it, and last visible
-        position; rows past the segments' are padding, written to the scratch page and
+        """Host arrays that place a step's rows for a fixed shape of `rows` rows (paged_rows.py:
+        each row's slot, page list and offset into it, last visible position and its segment's
+        first position); rows past the segments' are padding, written to the scratch page and
         attending over it alone. None where a segment does not fit (the eager forward then
         says what is wrong)."""
-        pr, lp = self.page_rows, self.lane_pages
-        slots = np.full(rows, self.scratch * pr, dtype=np.int64)
-        # a row's first position this step writes. The split attention's early copies
-        # (cupy_attend.cu) rely on what this lays out: a segment's rows adjacent, at
-        # consecutive positions from its start, so a row's keys this step writes are its
-        # view's top (at most `rows`) positions
-        fresh = np.zeros(rows, dtype=np.int32)
-        ptab = np.full((rows, lp), self.scratch, dtype=np.int32)
-        last = np.zeros(rows, dtype=np.int32)
-        i = 0
-        for seg in segments:
-            n, used = seg.count, -(-(seg.start + seg.count) // pr)
-            if not n or used > lp or used > len(seg.pages) or i + n > rows:
-                return None
-            pos = seg.start + np.arange(n)
-            pages = np.asarray(seg.pages[:used], dtype=np.int64)
-            ptab[i : i + n, :used] = pages
-            slots[i : i + n] = pages[pos // pr] * pr + pos % pr
-            last[i : i + n] = pos  # causal: a row sees keys up to its own position
-            fresh[i : i + n] = seg.start
-            i += n
-        poff = np.arange(rows, dtype=np.int32) * lp
-        return {
-            "slots": slots,
-            "ptab": ptab.reshape(-1),
-            "poff": poff,
-            "last": last,
-            "fresh": fresh,
-        }
+        return place_rows(segments, rows, self.page_rows, self.lane_pages, self.scratch)
 
     def fixed_attend(self, layer: int, placed: dict[str, Any]) -> StoredAttend:
         """store_attend of `layer` for a step placed by `fixed_rows` (its arrays on the
