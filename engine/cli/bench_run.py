@@ -78,7 +78,7 @@ class TimedRun:
         self.engine.on_event = self._on_event
 
     def _on_event(self, _: Engine, e: Event) -> None:
-        now, made = time.process_time(), sum(len(s.generated) for s in self.streams)
+        now, made = time.process_time(), sum(s.generated_count for s in self.streams)
         got = (e.kind, now - self._cpu, e.seconds, e.rows, made - self._made)
         for k, v in zip(FIELDS, got, strict=True):
             self.actions[k].append(v)

@@ -269,7 +269,7 @@ class Engine:
             cap, rows = s.req.cancel_after, s.req.cancel_after_rows
             if (
                 s.cancel_requested
-                or (cap is not None and len(s.generated) >= cap)
+                or (cap is not None and s.generated_count >= cap)
                 or (rows is not None and s.run is not None and s.prefilling and s.fed >= rows)
             ):
                 self._finish(s, "cancelled")
@@ -315,7 +315,7 @@ class Engine:
         proposals = {s.sid: d for s, d in zip(drafting, proposed, strict=True)}
         for s in streams:
             d = proposals.get(s.sid, [])
-            d = d[: max(0, s.req.max_tokens - len(s.generated) - 1)]
+            d = d[: max(0, s.req.max_tokens - s.generated_count - 1)]
             drafts.append(d)
             toks = np.asarray([s.tokens[s.fed], *d], dtype=np.int64)
             segs.append(Segment(toks, s.fed, s.run.pages, np.arange(len(toks)), s.run.lane))
@@ -364,7 +364,7 @@ class Engine:
                 tok = picks[0][i]
                 s.margins.append(picks[1][i])
             emitted.append(tok)
-            if tok in stops or len(s.generated) + len(emitted) >= limit:
+            if tok in stops or s.generated_count + len(emitted) >= limit:
                 break
             if i >= len(drafts) or tok != drafts[i]:
                 break
@@ -373,7 +373,7 @@ class Engine:
             if first_hash and hashes:
                 hashes[0] = first_hash
             s.logit_hashes.extend(hashes)
-        if not s.prefilling and s.generated:  # a round: the pending row and accepted drafts
+        if not s.prefilling and s.generated_count:  # a round: the pending row and accepted drafts
             s.fed += len(emitted)
         if drafts:
             s.drafted += len(drafts)
@@ -385,7 +385,7 @@ class Engine:
             absorbs.append((s, out, len(emitted) - 1, emitted))
         if emitted[-1] in stops:
             self._finish(s, "stop")
-        elif len(s.generated) >= s.req.max_tokens:
+        elif s.generated_count >= s.req.max_tokens:
             self._finish(s, "length")
 
     def _finish(self, s: Stream, reason: str, error: str | None = None) -> None:

@@ -47,6 +47,11 @@ class Stream:
         return self.tokens[self.prompt_len :]
 
     @property
+    def generated_count(self) -> int:
+        """len(generated), without making the list: the engine asks it per stream and round."""
+        return max(0, len(self.tokens) - self.prompt_len)
+
+    @property
     def prefilling(self) -> bool:
         return self.fed < self.prompt_len
 
