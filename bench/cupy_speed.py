@@ -5,12 +5,13 @@ on the same synthetic weights (docs/cupy.md has the table and how it was made).
         [--transformers eager static] --json out.json
 
 Ours: model.forward on the cupy backend, one segment per stream: a prefill of `context`
-tokens per stream, then decode steps of one token per stream (logits copied to the host, as
-the engine does). Transformers: Qwen3ForCausalLM from the same directory in bf16; eager with
-a dynamic cache, and generate() with a static cache (which transformers compiles, CUDA
-graphs included). The HBM floor is the bytes a decode step must read (weights in bf16 and
-every stream's K/V) at the device's peak memory bandwidth (memory clock x 2 x bus width; 4.8
-TB/s, the H200's, where the runtime gives neither; `--hbm-tb-s` sets it).
+tokens per stream (at least PROMPTS prompts timed; prefill is their median), then decode
+steps of one token per stream (logits copied to the host, as the engine does). Transformers:
+Qwen3ForCausalLM from the same directory in bf16; eager with a dynamic cache, and generate()
+with a static cache (which transformers compiles, CUDA graphs included). The HBM floor is the
+bytes a decode step must read (weights in bf16 and every stream's K/V) at the device's peak
+memory bandwidth (memory clock x 2 x bus width; 4.8 TB/s, the H200's, where the runtime gives
+neither; `--hbm-tb-s` sets it).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 HBM_BYTES_S = 4.8e12  # an H200's, where the device's cannot be read
+PROMPTS = 7  # prompts timed a process (prefill: their median)
 
 
 def device_bytes_s() -> float:
@@ -79,20 +81,22 @@ def ours(
     rng = np.random.default_rng(0)
     vocab = model.config.vocab_size
     lanes = [list(range(i * per_lane, (i + 1) * per_lane)) for i in range(streams)]
-    t_prefill = 0.0
     # warm: a prompt step's graph is captured at its first call (its K/V are written again)
     model.forward(
         [Segment(rng.integers(0, vocab, context), 0, lanes[0], np.asarray([context - 1]), lane=0)],
         kv,
     )
-    for i in range(streams):
+    # every lane's prompt, then more on the first lanes (a lane's rows written again) up to
+    # PROMPTS: the median prompt, where one alone read 40-48k tok/s from process to process
+    prompt_s = []
+    for i in range(max(streams, PROMPTS)):
         toks = rng.integers(0, vocab, context)
-        seg = Segment(toks, 0, lanes[i], np.asarray([context - 1]), lane=i)
+        seg = Segment(toks, 0, lanes[i % streams], np.asarray([context - 1]), lane=i % streams)
         cp.cuda.Device().synchronize()
         t = time.perf_counter()
         model.forward([seg], kv)
         cp.cuda.Device().synchronize()
-        t_prefill += time.perf_counter() - t
+        prompt_s.append(time.perf_counter() - t)
     times = []
     for s in range(steps):
         segs = [
@@ -119,7 +123,8 @@ def ours(
         **extra,
         "step_ms": step,
         "tok_s": streams / step * 1e3,
-        "prefill_tok_s": streams * context / t_prefill,
+        "prefill_tok_s": context / float(np.median(prompt_s)),
+        "prompt_ms": [round(t * 1e3, 3) for t in prompt_s],
     }
 
 
