@@ -27,9 +27,10 @@ MMA_KERNELS = (
     *(f"mma_{kind}_{t}" for kind in ("gemm", "silu") for t in (*MMA_TILES, "1u2")),
     *("mma_gemm_1u6", "mma_gemm_1h", "mma_gemm_1u6h"),
 )
-WIDE_KERNELS = ("mma_wide_gemm", "mma_wide_silu")
+WIDE_KERNELS = ("mma_wide_gemm", "mma_wide_silu", "mma_wide_gemm_deep")
 WIDE_ROWS, WIDE_THREADS = 64, 128  # x rows and weight rows a block of the wide kernel, threads
 WIDE_SHARED = 3 * 2 * WIDE_ROWS * MMA_CHUNK * 2  # three stages of both tiles, bytes
+WIDE_DEEP_SHARED = 8 * 2 * WIDE_ROWS * MMA_CHUNK * 2  # WIDE_DEEP_STAGES (8) stages, bytes
 
 
 def fits(kind: str, k: int) -> bool:
@@ -96,6 +97,15 @@ def wide(ops: Any, m: int) -> bool:
     return 0 < ops.options.wide_from <= m
 
 
+def wide_kernel(ops: Any, blocks: int) -> tuple[str, int]:
+    """The wide kernel of a plain GEMM of `blocks` blocks and its shared bytes: with
+    options.wide_deep, eight chunks in flight where the blocks are no more than the SMs (one
+    block an SM: its bytes in flight feed the mma) and the device lets a block have them;
+    else three. The same sums either way (cupy_mma_wide.cu)."""
+    deep = ops.options.wide_deep and blocks <= sm_count() and ops.shared_limit >= WIDE_DEEP_SHARED
+    return ("mma_wide_gemm_deep", WIDE_DEEP_SHARED) if deep else ("mma_wide_gemm", WIDE_SHARED)
+
+
 def mma(ops: Any, xb: Any, m: int, w: Any, tiles: int = 0, fit: bool = True) -> Any:
     """y [m, w.n] float32 on the tensor cores (cupy_mma.cu); `tiles` of 8 x rows a warp
     (0: by m, or the wide kernel from options.wide_from rows); `fit`: see mma_kernel. The
@@ -106,7 +116,8 @@ def mma(ops: Any, xb: Any, m: int, w: Any, tiles: int = 0, fit: bool = True) -> 
     if m and not tiles and wide(ops, m):
         grid = (-(-w.n // WIDE_ROWS), -(-m // WIDE_ROWS))
         args = (xb, np.int64(xb.shape[1]), w.data, y, np.int32(m), np.int32(w.n), np.int32(w.k))
-        ops.k["mma_wide_gemm"](grid, (WIDE_THREADS,), args, shared_mem=WIDE_SHARED)
+        kernel, shared = wide_kernel(ops, grid[0] * grid[1])
+        ops.k[kernel](grid, (WIDE_THREADS,), args, shared_mem=shared)
     elif m:
         t = tiles or mma_tiles(m)
         slices = mma_slices(w.k)

@@ -11,6 +11,10 @@
 // written; K % 64 == 0.
 #define WIDE_ROWS 64   // weight rows and x rows a block
 #define WIDE_STAGES 3  // chunks in flight
+// chunks in flight where a launch has no more blocks than the device has SMs (the o and down
+// GEMMs of a 512-token prompt: 128 blocks, one an SM): its bytes in flight are what feeds the
+// mma (mma_wide_gemm_deep, options.wide_deep; the same sums, only the staging goes deeper)
+#define WIDE_DEEP_STAGES 8
 #define WIDE_UNITS (WIDE_ROWS * 8)  // 16-byte pieces of one operand's tile of a chunk
 
 // the shared slot of a tile's 16-byte piece u (0..7) of row r: the halves swap on odd rows, so
@@ -50,8 +54,8 @@ __device__ __forceinline__ void wide_stage(uint4* sw, const unsigned short* __re
 }
 
 // grid (ceil(N / 64), ceil(M / 64)) plain, (ceil(I / 32), ..) SILU (N = I); block 128,
-// shared WIDE_STAGES * 2 * WIDE_UNITS * 16 bytes (48 KB)
-template <bool SILU>
+// shared STAGES * 2 * WIDE_UNITS * 16 bytes (48 KB at WIDE_STAGES)
+template <bool SILU, int STAGES = WIDE_STAGES>
 __device__ __forceinline__ void mma_wide(const unsigned short* __restrict__ x, long long xs,
                                          const unsigned short* __restrict__ w,
                                          float* __restrict__ y, unsigned short* __restrict__ yb,
@@ -65,20 +69,20 @@ __device__ __forceinline__ void mma_wide(const unsigned short* __restrict__ x, l
     PDL_ENTRY();
     WideWalk load = {0, 0, S, chunks}, run = load;
 #pragma unroll
-    for (int q = 0; q < WIDE_STAGES - 1; ++q) {
+    for (int q = 0; q < STAGES - 1; ++q) {
         if (q < chunks) wide_stage<SILU>(stages + q * 2 * WIDE_UNITS, x, xs, w, n0, r0, M, N, K, load.j);
         asm volatile("cp.async.commit_group;\n" ::);
         load.next();
     }
     for (int q = 0; q < chunks; ++q) {
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(WIDE_STAGES - 2));
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(STAGES - 2));
         __syncthreads();  // chunk q is in; every warp is done with the stage it overwrites next
-        if (q + WIDE_STAGES - 1 < chunks)
-            wide_stage<SILU>(stages + ((q + WIDE_STAGES - 1) % WIDE_STAGES) * 2 * WIDE_UNITS, x, xs,
+        if (q + STAGES - 1 < chunks)
+            wide_stage<SILU>(stages + ((q + STAGES - 1) % STAGES) * 2 * WIDE_UNITS, x, xs,
                              w, n0, r0, M, N, K, load.j);
         asm volatile("cp.async.commit_group;\n" ::);
         load.next();
-        const uint4* sw = stages + (q % WIDE_STAGES) * 2 * WIDE_UNITS;
+        const uint4* sw = stages + (q % STAGES) * 2 * WIDE_UNITS;
         const uint4* sx = sw + WIDE_UNITS;
         const bool first = run.j == run.s;  // the slice's first chunk: its sums start at zero
         uint4 a[2][4], b[4][2];
@@ -143,6 +147,12 @@ extern "C" __global__ void __launch_bounds__(128)
     mma_wide_gemm(const unsigned short* x, long long xs, const unsigned short* w, float* y, int M,
                   int N, int K) {
     mma_wide<false>(x, xs, w, y, nullptr, M, N, K);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+    mma_wide_gemm_deep(const unsigned short* x, long long xs, const unsigned short* w, float* y,
+                       int M, int N, int K) {
+    mma_wide<false, WIDE_DEEP_STAGES>(x, xs, w, y, nullptr, M, N, K);
 }
 
 extern "C" __global__ void __launch_bounds__(128)

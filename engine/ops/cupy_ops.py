@@ -112,6 +112,8 @@ class CupyOps:
         self.attend_k = cupy_modules.attend_kernels(self.module, bool(self.options.attend_store))
         self.shared_limit = cupy_attention.shared_limit()
         cupy_attention.allow_shared(self.attend_k, self.shared_limit)
+        if self.shared_limit >= cupy_gemm.WIDE_DEEP_SHARED:  # else wide_kernel never picks it
+            self.k["mma_wide_gemm_deep"].max_dynamic_shared_size_bytes = cupy_gemm.WIDE_DEEP_SHARED
         self.pdl_kernels = pdl_kernels(self.k, self.attend_k)
         # the split attention's counters (cupy_attention.py); earlier ones stay alive for the
         # graphs captured with them

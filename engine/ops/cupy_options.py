@@ -27,6 +27,7 @@ _SWITCHES = (
     ("ATTEND_THREAD_SCORES", "attend_thread_scores"),
     ("ATTEND_EARLY", "attend_early"),
     ("ATTEND_STORE", "attend_store"),
+    ("WIDE_DEEP", "wide_deep"),
 )
 _COUNTS = (
     ("ATTEND_SPLIT", "attend_split"),
@@ -90,6 +91,11 @@ class CupyOptions:
     # with mma, GEMMs of at least this many rows (a prompt step) run the wide kernel
     # (cupy_mma_wide.cu: tiles staged in shared memory); the same bits. 0: never
     wide_from: int = 128
+    # 1: a wide GEMM of no more blocks than the device has SMs keeps eight chunks in flight
+    # (mma_wide_gemm_deep), not three; the same bits. 0: three. Not yet run on a GPU (written
+    # 2026-12-07, seventh session: the o and down GEMMs of a 512-token prompt, one block an
+    # SM, read 90-96 TFLOP/s against 131 for qkv's three blocks an SM)
+    wide_deep: int = 0
 
     def __post_init__(self) -> None:
         if self.row_tile < 0:
@@ -120,7 +126,8 @@ class CupyOptions:
         ENGINE_CUPY_ATTEND_SPLIT, ENGINE_CUPY_ATTEND_SPLIT_HEADS, ENGINE_CUPY_ATTEND_HEADS_FROM,
         ENGINE_CUPY_ATTEND_TILE and ENGINE_CUPY_GRAPH_ROWS (integers >= 0, default 512, 4,
         128, 64 and 64), ENGINE_CUPY_SILU_EPILOGUE, ENGINE_CUPY_ATTEND_THREAD_SCORES,
-        ENGINE_CUPY_ATTEND_EARLY and ENGINE_CUPY_ATTEND_STORE (0 or 1, default 1, 1, 1, 0),
+        ENGINE_CUPY_ATTEND_EARLY, ENGINE_CUPY_ATTEND_STORE and ENGINE_CUPY_WIDE_DEEP (0 or 1,
+        default 1, 1, 1, 0, 0),
         ENGINE_CUPY_WIDE_FROM (rows, default 128; 0: never), ENGINE_CUPY_GEMM (mma, cublas or own,
         default mma); a bad value is one InputError naming the variable."""
         env = os.environ if environ is None else environ

@@ -45,6 +45,8 @@ def test_defaults_and_values_from_the_environment() -> None:
     assert CupyOptions.from_environ({}).attend_store == 0
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_STORE": "1"}).attend_store == 1
     assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_FROM": "1"}).wide_from == 1
+    assert CupyOptions.from_environ({}).wide_deep == 0
+    assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_DEEP": "1"}).wide_deep == 1
 
 
 @pytest.mark.parametrize(
@@ -70,6 +72,8 @@ def test_defaults_and_values_from_the_environment() -> None:
         ({"ENGINE_CUPY_ATTEND_EARLY": "2"}, "ENGINE_CUPY_ATTEND_EARLY"),
         ({"ENGINE_CUPY_ATTEND_STORE": "on"}, "ENGINE_CUPY_ATTEND_STORE"),
         ({"ENGINE_CUPY_ATTEND_STORE": "2"}, "ENGINE_CUPY_ATTEND_STORE"),
+        ({"ENGINE_CUPY_WIDE_DEEP": "8"}, "ENGINE_CUPY_WIDE_DEEP"),
+        ({"ENGINE_CUPY_WIDE_DEEP": "deep"}, "ENGINE_CUPY_WIDE_DEEP"),
     ],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], name: str) -> None:

@@ -58,6 +58,29 @@ def test_wide_gemm_equals_mma_tiles(ops, k: int, n: int) -> None:  # type: ignor
         ops.options = keep
 
 
+@pytest.mark.parametrize("k,n", SHAPES)
+def test_wide_deep_equals_wide(ops, monkeypatch, k: int, n: int) -> None:  # type: ignore[no-untyped-def]
+    """Eight chunks in flight (mma_wide_gemm_deep) against three, at every shape and row
+    count: the device's SM count raised so every launch takes the deep kernel."""
+    from engine.ops import cupy_gemm
+
+    monkeypatch.setattr(cupy_gemm, "sm_count", lambda: 1 << 20)
+    rng = np.random.default_rng(k * 17 + n)
+    w = _weight(ops, rng, n, k)
+    keep = ops.options
+    try:
+        for m in ROWS:
+            xb, rows = ops.bf16_rows(_rows(ops, rng, m, k, 3.0), w)
+            ops.options = _with(ops, wide_from=1, wide_deep=0)
+            want = cupy_gemm.mma(ops, xb, rows, w)
+            ops.options = _with(ops, wide_from=1, wide_deep=1)
+            assert cupy_gemm.wide_kernel(ops, 1)[0] == "mma_wide_gemm_deep"
+            got = cupy_gemm.mma(ops, xb, rows, w)
+            assert got.tobytes() == want.tobytes(), (k, n, m)
+    finally:
+        ops.options = keep
+
+
 @pytest.mark.parametrize("k,inter", [(64, 8), (128, 40), (1024, 3072), (384, 200)])
 def test_wide_silu_equals_linear_then_silu_mul(ops, k: int, inter: int) -> None:  # type: ignore[no-untyped-def]
     """silu and its bf16 twin; inter 40 and 200 end inside a block's 32 outputs."""
@@ -92,7 +115,7 @@ def test_forward_wide_equals_narrow(tmp_path, monkeypatch, spec) -> None:  # typ
     model = load_model(str(TINY) if spec == "tiny-qwen3" else spec, "cupy")
     model.ops.graphs = False
     narrow = _with(model.ops, wide_from=0)
-    wide = _with(model.ops, wide_from=1)
+    wide = _with(model.ops, wide_from=1, wide_deep=int(spec == "tiny-qwen3"))  # both stagings
     taken: list[bool] = []
     real = cupy_gemm.wide
 
