@@ -5,6 +5,7 @@ with it on every GEMM equal to forwards with it on none."""
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -38,24 +39,30 @@ def _rows(ops, rng, m: int, k: int, scale: float = 1.0):  # type: ignore[no-unty
     return ops.asarray(scale * rng.standard_normal((m, k)).astype(np.float32))
 
 
-@pytest.mark.parametrize("k,n", SHAPES)
-def test_wide_gemm_equals_mma_tiles(ops, k: int, n: int) -> None:  # type: ignore[no-untyped-def]
+def _same_gemm(ops, seed: int, k: int, n: int, want_kw: dict, got_kw: dict, tiles: bool) -> None:  # type: ignore[no-untyped-def]
+    """At every row count of ROWS: the mma GEMM under options want_kw (of 8-row tiles where
+    `tiles`) and under got_kw, the same bytes."""
     from engine.ops import cupy_gemm
 
-    rng = np.random.default_rng(k * 31 + n)
+    rng = np.random.default_rng(seed)
     w = _weight(ops, rng, n, k)
     keep = ops.options
     try:
         for m in ROWS:
             xb, rows = ops.bf16_rows(_rows(ops, rng, m, k, 3.0), w)
-            ops.options = _with(ops, wide_from=0)
-            want = cupy_gemm.mma(ops, xb, rows, w, tiles=cupy_gemm.mma_tiles(m))
-            ops.options = _with(ops, wide_from=1)
+            ops.options = _with(ops, **want_kw)
+            want = cupy_gemm.mma(ops, xb, rows, w, tiles=cupy_gemm.mma_tiles(m) if tiles else 0)
+            ops.options = _with(ops, **got_kw)
             got = cupy_gemm.mma(ops, xb, rows, w)
             assert got.shape == want.shape == (m, n)
             assert got.tobytes() == want.tobytes(), (k, n, m)
     finally:
         ops.options = keep
+
+
+@pytest.mark.parametrize("k,n", SHAPES)
+def test_wide_gemm_equals_mma_tiles(ops, k: int, n: int) -> None:  # type: ignore[no-untyped-def]
+    _same_gemm(ops, k * 31 + n, k, n, {"wide_from": 0}, {"wide_from": 1}, tiles=True)
 
 
 @pytest.mark.parametrize("k,n", SHAPES)
@@ -65,20 +72,10 @@ def test_wide_deep_equals_wide(ops, monkeypatch, k: int, n: int) -> None:  # typ
     from engine.ops import cupy_gemm
 
     monkeypatch.setattr(cupy_gemm, "sm_count", lambda: 1 << 20)
-    rng = np.random.default_rng(k * 17 + n)
-    w = _weight(ops, rng, n, k)
-    keep = ops.options
-    try:
-        for m in ROWS:
-            xb, rows = ops.bf16_rows(_rows(ops, rng, m, k, 3.0), w)
-            ops.options = _with(ops, wide_from=1, wide_deep=0)
-            want = cupy_gemm.mma(ops, xb, rows, w)
-            ops.options = _with(ops, wide_from=1, wide_deep=1)
-            assert cupy_gemm.wide_kernel(ops, 1)[0] == "mma_wide_gemm_deep"
-            got = cupy_gemm.mma(ops, xb, rows, w)
-            assert got.tobytes() == want.tobytes(), (k, n, m)
-    finally:
-        ops.options = keep
+    deep = {"wide_from": 1, "wide_deep": 1}
+    probe = SimpleNamespace(options=_with(ops, **deep), shared_limit=ops.shared_limit)
+    assert cupy_gemm.wide_kernel(probe, 1)[0] == "mma_wide_gemm_deep"
+    _same_gemm(ops, k * 17 + n, k, n, {"wide_from": 1, "wide_deep": 0}, deep, tiles=False)
 
 
 @pytest.mark.parametrize("k,inter", [(64, 8), (128, 40), (1024, 3072), (384, 200)])

@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.model.graph_shape import padded_rows
 from engine.model.qwen3 import Segment, build, graph_step
 from engine.ops.numpy_ops import NumpyOps
 from engine.ops.paged_rows import place_rows
@@ -55,20 +54,27 @@ class Paged:
 
 
 def reference(model: Any, segments: list[Segment], rows: int, tile: int):  # type: ignore[no-untyped-def]
-    total = sum(len(s.tokens) for s in segments)
-    ids = np.zeros(rows, dtype=np.int64)
-    pos = np.zeros(rows, dtype=np.int64)
-    ids[:total] = np.concatenate([s.tokens for s in segments])
-    pos[:total] = np.concatenate([s.start + np.arange(len(s.tokens)) for s in segments])
-    need, bounds, a = [], [0], 0
+    """The inputs row by row in plain Python: the segments' tokens at their positions, then
+    padding (token 0 at position 0); each logits row's step row; each segment's bounds in
+    those."""
+    ids, pos, need, bounds = [], [], [], [0]
     for s in segments:
-        need.extend(a + int(j) for j in np.asarray(s.logit_rows, dtype=np.int64))
+        first = len(ids)
+        for j, tok in enumerate(s.tokens.tolist()):
+            ids.append(tok)
+            pos.append(s.start + j)
+        need += [first + j for j in s.logit_rows.tolist()]
         bounds.append(len(need))
-        a += len(s.tokens)
-    need_at = np.asarray(need, dtype=np.int64)
-    inputs = {"ids": ids, "cos": model.cos[pos], "sin": model.sin[pos]}
-    inputs["need"] = padded_rows(need_at, tile)
-    return inputs, need_at, bounds
+    ids += [0] * (rows - len(ids))
+    pos += [0] * (rows - len(pos))
+    padded = need + [0] * (-(-max(1, len(need)) // tile) * tile - len(need))
+    inputs = {
+        "ids": np.array(ids, dtype=np.int64),
+        "cos": model.cos[np.array(pos)],
+        "sin": model.sin[np.array(pos)],
+        "need": np.array(padded, dtype=np.int64),
+    }
+    return inputs, np.array(need, dtype=np.int64), bounds
 
 
 @pytest.mark.parametrize("seed", range(60))
