@@ -36,6 +36,27 @@ def test_thread_scores_take_their_kernel_and_the_padded_staging() -> None:
     assert decode.kernel == "_split2"  # decode steps keep their form
 
 
+def test_joint_tiles_take_their_kernel_where_the_q_heads_pair_up() -> None:
+    """attend_tile_joint: the _tile_ts2 kernel (a warp a row's two q heads) with thread scores
+    and an even count of q heads a KV head, its warps' score floats doubled; otherwise the
+    form it would have been; shared_asks covers its largest block."""
+    from engine.ops.cupy_attend_plan import shared_asks
+
+    hq, hkv, d = QWEN3_06B
+    ts = choose(512, hq, hkv, d, "bf16", CupyOptions(), H200)
+    joint = choose(512, hq, hkv, d, "bf16", CupyOptions(attend_tile_joint=1), H200)
+    assert (ts.kernel, joint.kernel, joint.joint) == ("_tile_ts", "_tile_ts2", True)
+    assert joint.shared - ts.shared == 4 * 8 * d  # TILE_WARPS more score rows of d floats
+    assert joint.rows == ts.rows == 8
+    odd = choose(512, 12, 4, d, "bf16", CupyOptions(attend_tile_joint=1), H200)
+    assert (odd.kernel, odd.joint) == ("_tile_ts", False)  # 3 q heads a KV head
+    plain = CupyOptions(attend_tile_joint=1, attend_thread_scores=0)
+    assert choose(512, hq, hkv, d, "bf16", plain, H200).kernel == "_tile"
+    decode = choose(8, hq, hkv, d, "bf16", CupyOptions(attend_tile_joint=1), H200)
+    assert decode.kernel == "_split2"  # decode steps keep their form
+    assert shared_asks("bf16", d, H200)["_tile_ts2"] >= joint.shared
+
+
 def test_split_launches_score_a_key_a_thread_from_padded_rows() -> None:
     """A staged split block (D <= 128) scores a key a thread: its K rows padded by a piece, and
     the most a split kernel is allowed (shared_asks) covers the padded block; at D 256 nothing
