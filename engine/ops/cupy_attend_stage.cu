@@ -139,7 +139,9 @@ __device__ __forceinline__ float key_score(const float* qs, const uint4* krow, f
 }
 
 // key_score of one staged key for two q rows (qa, qb) from one read of its codes: each score
-// with key_score's float operations in its order (the tile kernel's two q heads of a row)
+// with key_score's float operations in its order (the tile kernel's two q heads of a row). Its
+// own body, not a template key_score shares: that template moved NVVM's order of independent
+// fmas in 24 default split kernels (bench/ptx_float_ops.py read them "changed", 2026-12-07)
 template <int KIND, int D>
 __device__ __forceinline__ void key_score2(const float* qa, const float* qb, const uint4* krow,
                                            float ex, float& sa, float& sb) {
