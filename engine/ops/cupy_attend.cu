@@ -164,8 +164,8 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
     // a split block (one group, g the same for all its threads) stops after its group's last
     // chunk; the pair form's groups share the block's barriers, so each runs every turn (a
     // turn past a group's chunks changes none of its m, l, acc)
-    const int turns = SPLIT ? max(0, (nchunks - g + ATT_NG - 1) / ATT_NG)
-                            : (nchunks + ATT_NG - 1) / ATT_NG;
+    const int live_turns = max(0, (nchunks - g + ATT_NG - 1) / ATT_NG);  // with a chunk of g's
+    const int turns = SPLIT ? live_turns : (nchunks + ATT_NG - 1) / ATT_NG;
     for (int it = 0; it < turns; ++it) {
         ATT_LAP(begin());
         const int c0 = (it * ATT_NG + g) * D;
@@ -269,7 +269,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
     }
     ATT_LAP(write());
     ATT_PHASE(5);
-    ATT_PHASE(13, (long long)max(0, (nchunks - g + ATT_NG - 1) / ATT_NG));  // its live passes
+    ATT_PHASE(13, (long long)live_turns);
     if (SPLIT) {  // part[(r, h)]: ATT_NG maxima, ATT_NG sums, then ATT_NG outputs of D
         float* p = part + ((long long)r * hq + h) * ATT_NG * (D + 2);
         if (t == 0) {
