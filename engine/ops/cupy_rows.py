@@ -25,8 +25,10 @@ import numpy as np
 
 GREEDY_THREADS = 256
 
+GREEDY_IN = 8  # loads a thread has in flight (scan_rows)
+
 _SOURCE = (
-    f"#define GREEDY_T {GREEDY_THREADS}\n"
+    f"#define GREEDY_T {GREEDY_THREADS}\n#define GREEDY_IN {GREEDY_IN}\n"
     + r"""
 #define NEG_INF __int_as_float(0xff800000)
 // a comes before b: a NaN before a number (the lower id of two NaNs), else the larger, else
@@ -60,15 +62,29 @@ extern "C" __global__ void scan_rows(const float* __restrict__ x, long long cols
     float tv = NEG_INF, sv = NEG_INF;
     int ti = 0x7fffffff;  // loses to any id: a row of -inf still picks id 0
     unsigned long long acc = 0;
-    for (long long j = t; j < cols; j += GREEDY_T) {
-        float v = row[j];
-        acc += mix64(((unsigned long long)j << 32) | __float_as_uint(v));
-        if (first(v, (int)j, tv, ti)) {
-            sv = nan_max(sv, tv);
-            tv = v;
-            ti = (int)j;
-        } else {
-            sv = nan_max(sv, v);
+    // a thread's elements t, t + GREEDY_T, .. in order as one loop would take them, GREEDY_IN
+    // of them loaded before the first is looked at: one row a block reads far more than one
+    // load a thread in flight (a 152k row took 0.17 ms so, 2026-12-07)
+    for (long long j0 = t; j0 < cols; j0 += (long long)GREEDY_T * GREEDY_IN) {
+        float vs[GREEDY_IN];
+#pragma unroll
+        for (int u = 0; u < GREEDY_IN; ++u) {
+            const long long j = j0 + (long long)u * GREEDY_T;
+            vs[u] = j < cols ? row[j] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < GREEDY_IN; ++u) {
+            const long long j = j0 + (long long)u * GREEDY_T;
+            if (j >= cols) break;
+            const float v = vs[u];
+            acc += mix64(((unsigned long long)j << 32) | __float_as_uint(v));
+            if (first(v, (int)j, tv, ti)) {
+                sv = nan_max(sv, tv);
+                tv = v;
+                ti = (int)j;
+            } else {
+                sv = nan_max(sv, v);
+            }
         }
     }
     top[t] = tv; at[t] = ti; rest[t] = sv; sums[t] = acc;
