@@ -75,13 +75,12 @@ def split_heads(n: int, hq: int, hkv: int, d: int, kind: str, options: Any, limi
     return 1
 
 
-def tile_shared(
-    kind: str, d: int, pairs: int, rows: int, thread_scores: bool = False, joint: bool = False
-) -> int:
+def tile_shared(kind: str, d: int, pairs: int, rows: int, thread_scores: bool = False) -> int:
     """Shared bytes of one tile block of `pairs` pairs over `rows` rows: a chunk's K and V
     codes (with thread scores, K rows padded), each pair's q and its groups' state, a warp's
-    weights (joint: two pairs' at once), and per key or row."""
-    warp_floats = TILE_WARPS * d * (2 if joint else 1)
+    weights, and per key or row (the joint kernel takes as much: its second pair's scores
+    wait in registers)."""
+    warp_floats = TILE_WARPS * d
     floats = pairs * d + warp_floats + 2 * d + 2 * pairs * GROUPS + pairs * GROUPS * d
     pad = 16 * KPAD * d if thread_scores else 0
     return 2 * d * d * CODE_BYTES[kind] + pad + 4 * (floats + d + rows)
@@ -100,8 +99,7 @@ def tile_rows(n: int, hq: int, hkv: int, d: int, kind: str, options: Any, limit:
         return 0
     rows = TILE_PAIRS // qpk
     ts = bool(options.attend_thread_scores)
-    joint = tile_joint(qpk, options)
-    while rows and tile_shared(kind, d, rows * qpk, rows, ts, joint) > limit:
+    while rows and tile_shared(kind, d, rows * qpk, rows, ts) > limit:
         rows //= 2
     return rows
 
@@ -119,7 +117,7 @@ def choose(n: int, hq: int, hkv: int, d: int, kind: str, options: Any, limit: in
     rows = tile_rows(n, hq, hkv, d, kind, options, limit)
     if rows:
         ts, joint = bool(options.attend_thread_scores), tile_joint(hq // hkv, options)
-        shared = tile_shared(kind, d, rows * (hq // hkv), rows, ts, joint)
+        shared = tile_shared(kind, d, rows * (hq // hkv), rows, ts)
         return Form("tile", shared, rows, thread_scores=ts, joint=joint)
     if n * hq < options.attend_split and split_shared(kind, d) <= limit:
         heads = split_heads(n, hq, hkv, d, kind, options, limit)
@@ -133,7 +131,7 @@ def shared_asks(kind: str, d: int, limit: int) -> dict[str, int]:
     unasked (at most `limit`): the most any of its launches asks for."""
     need = {"_tile": tile_shared(kind, d, TILE_PAIRS, TILE_PAIRS)}
     need["_tile_ts"] = tile_shared(kind, d, TILE_PAIRS, TILE_PAIRS, thread_scores=True)
-    need["_tile_ts2"] = tile_shared(kind, d, TILE_PAIRS, TILE_PAIRS, True, joint=True)
+    need["_tile_ts2"] = need["_tile_ts"]
     need["_split"] = split_shared(kind, d)
     need |= {f"_split{h}": split_shared(kind, d, h) for h in SPLIT_HEADS}
     need |= {f"{form}_fs": need[form] for form in SPLIT_FORMS}

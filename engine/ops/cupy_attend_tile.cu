@@ -2,11 +2,11 @@
 // cupy_attend.cu (attend_finish), cupy_attend_stage.cu (chunk_key, copy_chunk, pair_tree,
 // key_score, KPAD) and cupy_kernels.cu (the codecs).
 //
-// One block of TILE_WARPS warps per (tile of rows, KV head): its (row, q head) pairs. For
-// each chunk of D keys (at absolute positions, as in attend_paged) the block copies the
-// chunk's K and V codes into shared memory once (cp.async); then each warp runs pairs that
-// see the chunk through it, a warp a pair. A warp does a pair's chunk with the arithmetic of
-// attend_paged's group for that chunk (c % ATT_NG):
+// One block of TILE_WARPS warps per (KV head, tile of rows), the last tile first: its (row, q
+// head) pairs. For each chunk of D keys (at absolute positions, as in attend_paged) the block
+// copies the chunk's K and V codes into shared memory once (cp.async); then each warp runs
+// pairs that see the chunk through it, a warp a pair. A warp does a pair's chunk with the
+// arithmetic of attend_paged's group for that chunk (c % ATT_NG):
 //   * each key's score: the lane's D/32 adjacent dimensions in order, then the shuffle tree;
 //   * the chunk's max (a max: any order gives it) and exp;
 //   * the sum of the chunk's D weights by attend_paged's tree (red[t] + red[t + s] for
@@ -198,8 +198,10 @@ __device__ __forceinline__ void tile_pair_chunk(const float* qs, const uint4* ks
 }
 
 // pairs p and p + 1 (a row's two q heads of one KV head) by one warp: each staged key read
-// once for both scores (key_score2), then each pair's rest as tile_pair_chunk's; ps holds
-// 2 D floats (p's scores, then p + 1's). sg: p's state slot (p + 1's is ATT_NG after)
+// once for both scores (key_score2), then each pair's rest as tile_pair_chunk's. p + 1's
+// scores wait in registers (lane's keys lane + 32 i) while p's rest uses ps, so a warp's
+// buffer stays D floats (two blocks an SM, as _tile_ts). st_*: p's state slot (p + 1's is
+// ATT_NG after)
 template <int KIND, int D>
 __device__ __forceinline__ void tile_pairs2_chunk(const float* qs, const uint4* kst,
                                                   const uint4* vst, const float* kex,
@@ -207,16 +209,26 @@ __device__ __forceinline__ void tile_pairs2_chunk(const float* qs, const uint4* 
                                                   float* st_m, float* st_l, float* st_acc) {
     const int lane = threadIdx.x & 31;
     const int cn = min(D, last - c0 + 1);
-    constexpr int KP = D * code_bytes<KIND>() / 16 + KPAD;
-    for (int j = lane; j < cn; j += 32) {
-        float a, b;
-        key_score2<KIND, D>(qs, qs + D, kst + j * KP, KIND == KIND_FP8 ? kex[j] : 0.0f, a, b);
-        ps[j] = a;
-        ps[D + j] = b;
+    constexpr int KP = D * code_bytes<KIND>() / 16 + KPAD, per = D / 32;
+    float second[per];
+#pragma unroll
+    for (int i = 0; i < per; ++i) {
+        const int j = lane + 32 * i;
+        second[i] = 0.0f;
+        if (j < cn) {
+            float a;
+            key_score2<KIND, D>(qs, qs + D, kst + j * KP, KIND == KIND_FP8 ? kex[j] : 0.0f, a,
+                                second[i]);
+            ps[j] = a;
+        }
     }
     __syncwarp();
     tile_pair_rest<KIND, D>(vst, vex, ps, c0, last, st_m, st_l, st_acc);
-    tile_pair_rest<KIND, D>(vst, vex, ps + D, c0, last, st_m + ATT_NG, st_l + ATT_NG,
+#pragma unroll
+    for (int i = 0; i < per; ++i)
+        if (lane + 32 * i < cn) ps[lane + 32 * i] = second[i];
+    __syncwarp();
+    tile_pair_rest<KIND, D>(vst, vex, ps, c0, last, st_m + ATT_NG, st_l + ATT_NG,
                             st_acc + ATT_NG * D);
 }
 
@@ -262,7 +274,7 @@ __device__ __forceinline__ void stage_chunk(const void* kc, const void* vc, cons
 }
 
 // JOINT (q heads a KV head even): a warp takes a row's two q heads of one KV head at once
-// (tile_pairs2_chunk), its score buffer 2 D floats
+// (tile_pairs2_chunk)
 template <int KIND, int D, bool TS, bool JOINT = false>
 __device__ void attend_tile(const float* q, const void* kc, const void* vc,
                             const signed char* ke, const signed char* ve, const int* ptab,
@@ -272,15 +284,16 @@ __device__ void attend_tile(const float* q, const void* kc, const void* vc,
     extern __shared__ uint4 staged[];
     constexpr int VPR = D * code_bytes<KIND>() / 16, KP = VPR + (TS ? KPAD : 0);
     const int t = threadIdx.x, warp = t >> 5;
-    const int qpk = hq / hkv, kvh = blockIdx.y, r0 = blockIdx.x * tile_rows;
+    // blockIdx.x: the KV head; tiles from the last (in a prompt step the rows that see the
+    // most keys) to the first, so the longest blocks start first and short ones fill the tail
+    const int qpk = hq / hkv, kvh = blockIdx.x, r0 = (gridDim.y - 1 - blockIdx.y) * tile_rows;
     const int rows_here = min(tile_rows, n - r0), pairs = rows_here * qpk;
     const int cap = tile_rows * qpk;  // pairs the shared memory is laid out for
     uint4* kst = staged;  // key j's K codes at kst + j KP
     uint4* vst = kst + D * KP;
     float* qs = (float*)(vst + D * VPR);  // [pair][D]: q * scale
-    constexpr int PW = JOINT ? 2 * D : D;  // a warp's score floats
-    float* ps = qs + cap * D;             // [warp][PW]: a warp's scores, then weights
-    float* kex = ps + TILE_WARPS * PW;
+    float* ps = qs + cap * D;  // [warp][D]: a warp's scores, then weights
+    float* kex = ps + TILE_WARPS * D;
     float* vex = kex + D;
     float* st_m = vex + D;  // [pair][ATT_NG]
     float* st_l = st_m + cap * ATT_NG;
@@ -317,7 +330,7 @@ __device__ void attend_tile(const float* q, const void* kc, const void* vc,
         for (int u = warp; u < rows_here * upr; u += TILE_WARPS) {
             const int i = u / upr;
             if (joins[i])
-                tile_unit<KIND, D, TS, JOINT>(u, qs, kst, vst, kex, vex, ps + warp * PW, c0,
+                tile_unit<KIND, D, TS, JOINT>(u, qs, kst, vst, kex, vex, ps + warp * D, c0,
                                               last_pos[r0 + i], st_m, st_l, st_acc, g);
         }
         for (int i = 0; i < rows_here; ++i) {  // rows on other pages: each alone
@@ -326,7 +339,7 @@ __device__ void attend_tile(const float* q, const void* kc, const void* vc,
             stage_chunk<KIND, D, KP>(kc, vc, ke, ve, ptab + poff[r0 + i], c0, min(D, last - c0 + 1),
                                  hkv, kvh, page_rows, rows, kst, vst, kex, vex);
             for (int u = i * upr + warp; u < (i + 1) * upr; u += TILE_WARPS)
-                tile_unit<KIND, D, TS, JOINT>(u, qs, kst, vst, kex, vex, ps + warp * PW, c0, last,
+                tile_unit<KIND, D, TS, JOINT>(u, qs, kst, vst, kex, vex, ps + warp * D, c0, last,
                                               st_m, st_l, st_acc, g);
         }
     }

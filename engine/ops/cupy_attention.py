@@ -86,7 +86,7 @@ def attend(ops: Any, kind: str, q: Any, kc: Any, vc: Any, ke: Any, ve: Any, meta
     args = (q, kc, vc, ke, ve, ptab, poff, last, out, outb, *sizes)
     form = choose(n, hq, hkv, d, kind, ops.options, ops.shared_limit)
     if form.name == "tile":  # a block per (tile of rows, KV head), each chunk staged once
-        grid = (-(-n // form.rows), hkv)
+        grid = (hkv, -(-n // form.rows))  # the KV heads of a tile launched together
         tile_args = (*args[:-4], np.int32(n), *sizes, np.int32(form.rows))
         block = (32 * TILE_WARPS,)
         ops.attend_k[kind, d, form.kernel](grid, block, tile_args, shared_mem=form.shared)
