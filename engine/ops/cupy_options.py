@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 from engine.errors import InputError
 
-# steps of more rows run eagerly (shapes: engine/model/graph_shape.py); 512-row graphs measured
-# no prefill gain on the H200 (docs/cupy.md: a long step is GPU-bound, not launch-bound) and
-# cost a capture and memory per shape, so the default stays at a decode or verify step's size
-MAX_GRAPH_ROWS = 64
+# steps of more rows run eagerly (shapes: engine/model/graph_shape.py). A 512-token prompt's
+# kernels take 9.35 ms on the H200 and its eager step 10.4-12.6 (docs/cupy.md, seventh
+# session): graphs up to 512 rows give its ~300 launches programmatic dependent launch
+MAX_GRAPH_ROWS = 512
 GEMMS = ("cublas", "own", "mma")
 # the row tile where none is given: cuBLAS's kernel (hence its bits) depends on the row count,
 # so it runs every GEMM at one; the own GEMMs sum in an order that depends on K alone, so a
@@ -132,7 +132,7 @@ class CupyOptions:
         ENGINE_CUPY_GRAPHS (1 or 0, default 1), ENGINE_CUPY_PDL (1 or 0, default 1),
         ENGINE_CUPY_ATTEND_SPLIT, ENGINE_CUPY_ATTEND_SPLIT_HEADS, ENGINE_CUPY_ATTEND_HEADS_FROM,
         ENGINE_CUPY_ATTEND_TILE and ENGINE_CUPY_GRAPH_ROWS (integers >= 0, default 512, 4,
-        128, 64 and 64), ENGINE_CUPY_SILU_EPILOGUE, ENGINE_CUPY_ATTEND_THREAD_SCORES,
+        128, 64 and 512), ENGINE_CUPY_SILU_EPILOGUE, ENGINE_CUPY_ATTEND_THREAD_SCORES,
         ENGINE_CUPY_ATTEND_EARLY, ENGINE_CUPY_ATTEND_STORE, ENGINE_CUPY_WIDE_DEEP and
         ENGINE_CUPY_ATTEND_TILE_JOINT (0 or 1, default 1, 1, 1, 0, 0, 0),
         ENGINE_CUPY_WIDE_FROM (rows, default 128; 0: never), ENGINE_CUPY_GEMM (mma, cublas or own,

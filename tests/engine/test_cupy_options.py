@@ -24,8 +24,8 @@ def test_defaults_and_values_from_the_environment() -> None:
     assert CupyOptions.from_environ({}).attend_split_heads == 4
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_HEADS_FROM": "0"}).attend_heads_from == 0
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_TILE": "0"}).attend_tile == 0
-    assert CupyOptions.from_environ({}).graph_rows == 64
-    assert CupyOptions.from_environ({"ENGINE_CUPY_GRAPH_ROWS": "512"}).graph_rows == 512
+    assert CupyOptions.from_environ({}).graph_rows == 512
+    assert CupyOptions.from_environ({"ENGINE_CUPY_GRAPH_ROWS": "64"}).graph_rows == 64
     assert CupyOptions.from_environ({}).gemm == "mma"
     assert CupyOptions.from_environ({"ENGINE_CUPY_GEMM": "cublas"}).gemm == "cublas"
     assert CupyOptions.from_environ({"ENGINE_CUPY_GEMM": "own"}).gemm == "own"
