@@ -45,8 +45,8 @@ def test_defaults_and_values_from_the_environment() -> None:
     assert CupyOptions.from_environ({}).attend_store == 0
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_STORE": "1"}).attend_store == 1
     assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_FROM": "1"}).wide_from == 1
-    assert CupyOptions.from_environ({}).wide_deep == 0
-    assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_DEEP": "1"}).wide_deep == 1
+    assert CupyOptions.from_environ({}).wide_deep == 1
+    assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_DEEP": "0"}).wide_deep == 0
 
 
 @pytest.mark.parametrize(
