@@ -40,8 +40,6 @@ class Form:
     heads: int = 1  # split: q heads (of one KV head) a block takes
     # a key's score a thread: tile, the _tile_ts kernel; split, always where staged
     thread_scores: bool = False
-    # tile with thread scores: a warp a row's two q heads of one KV head (_tile_ts2)
-    joint: bool = False
 
     @property
     def kernel(self) -> str:
@@ -49,7 +47,7 @@ class Form:
         if self.name == "split":
             return "_split" if self.heads == 1 else f"_split{self.heads}"
         if self.name == "tile":
-            return ("_tile_ts2" if self.joint else "_tile_ts") if self.thread_scores else "_tile"
+            return "_tile_ts" if self.thread_scores else "_tile"
         return ""
 
 
@@ -78,10 +76,8 @@ def split_heads(n: int, hq: int, hkv: int, d: int, kind: str, options: Any, limi
 def tile_shared(kind: str, d: int, pairs: int, rows: int, thread_scores: bool = False) -> int:
     """Shared bytes of one tile block of `pairs` pairs over `rows` rows: a chunk's K and V
     codes (with thread scores, K rows padded), each pair's q and its groups' state, a warp's
-    weights, and per key or row (the joint kernel takes as much: its second pair's scores
-    wait in registers)."""
-    warp_floats = TILE_WARPS * d
-    floats = pairs * d + warp_floats + 2 * d + 2 * pairs * GROUPS + pairs * GROUPS * d
+    weights, and per key or row."""
+    floats = pairs * d + TILE_WARPS * d + 2 * d + 2 * pairs * GROUPS + pairs * GROUPS * d
     pad = 16 * KPAD * d if thread_scores else 0
     return 2 * d * d * CODE_BYTES[kind] + pad + 4 * (floats + d + rows)
 
@@ -104,21 +100,15 @@ def tile_rows(n: int, hq: int, hkv: int, d: int, kind: str, options: Any, limit:
     return rows
 
 
-def tile_joint(qpk: int, options: Any) -> bool:
-    """Whether a tile launch with `qpk` q heads a KV head takes the _tile_ts2 kernel: where
-    options.attend_tile_joint asks, with thread scores, and an even qpk (a warp a row's two
-    q heads of one KV head)."""
-    return bool(options.attend_tile_joint and options.attend_thread_scores) and qpk % 2 == 0
-
-
 def choose(n: int, hq: int, hkv: int, d: int, kind: str, options: Any, limit: int) -> Form:
     """The form of a launch of n rows of hq q heads over hkv KV heads of d dims stored as
     `kind` codes, under `options` (CupyOptions) on a device of `limit` shared bytes a block."""
     rows = tile_rows(n, hq, hkv, d, kind, options, limit)
     if rows:
-        ts, joint = bool(options.attend_thread_scores), tile_joint(hq // hkv, options)
-        shared = tile_shared(kind, d, rows * (hq // hkv), rows, ts)
-        return Form("tile", shared, rows, thread_scores=ts, joint=joint)
+        ts = bool(options.attend_thread_scores)
+        return Form(
+            "tile", tile_shared(kind, d, rows * (hq // hkv), rows, ts), rows, thread_scores=ts
+        )
     if n * hq < options.attend_split and split_shared(kind, d) <= limit:
         heads = split_heads(n, hq, hkv, d, kind, options, limit)
         staged = d <= STAGE_DIMS
@@ -131,7 +121,6 @@ def shared_asks(kind: str, d: int, limit: int) -> dict[str, int]:
     unasked (at most `limit`): the most any of its launches asks for."""
     need = {"_tile": tile_shared(kind, d, TILE_PAIRS, TILE_PAIRS)}
     need["_tile_ts"] = tile_shared(kind, d, TILE_PAIRS, TILE_PAIRS, thread_scores=True)
-    need["_tile_ts2"] = need["_tile_ts"]
     need["_split"] = split_shared(kind, d)
     need |= {f"_split{h}": split_shared(kind, d, h) for h in SPLIT_HEADS}
     need |= {f"{form}_fs": need[form] for form in SPLIT_FORMS}

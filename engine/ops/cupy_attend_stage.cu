@@ -138,39 +138,6 @@ __device__ __forceinline__ float key_score(const float* qs, const uint4* krow, f
     return part[0];
 }
 
-// key_score of one staged key for two q rows (qa, qb) from one read of its codes: each score
-// with key_score's float operations in its order (the tile kernel's two q heads of a row). Its
-// own body, not a template key_score shares: that template moved NVVM's order of independent
-// fmas in 24 default split kernels (bench/ptx_float_ops.py read them "changed", 2026-12-07)
-template <int KIND, int D>
-__device__ __forceinline__ void key_score2(const float* qa, const float* qb, const uint4* krow,
-                                           float ex, float& sa, float& sb) {
-    constexpr int per = D / 32, DPU = 16 / code_bytes<KIND>(), VPR = D / DPU;
-    float pa[32], pb[32];
-#pragma unroll
-    for (int pc = 0; pc < VPR; ++pc) {
-        float kv[DPU];
-        piece_codes<KIND>(kv, krow[pc], ex);
-#pragma unroll
-        for (int u = 0; u < DPU; u += 4) {
-            const float4 a4 = *(const float4*)(qa + pc * DPU + u);
-            const float4 b4 = *(const float4*)(qb + pc * DPU + u);
-            const float a[4] = {a4.x, a4.y, a4.z, a4.w};
-            const float b[4] = {b4.x, b4.y, b4.z, b4.w};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int d = pc * DPU + u + i, l = d / per;
-                pa[l] = __fmaf_rn(a[i], kv[u + i], d % per ? pa[l] : 0.0f);
-                pb[l] = __fmaf_rn(b[i], kv[u + i], d % per ? pb[l] : 0.0f);
-            }
-        }
-    }
-    pair_tree<16>(pa);
-    pair_tree<16>(pb);
-    sa = pa[0];
-    sb = pb[0];
-}
-
 // Key j of a chunk, read by thread t: the row of its codes (slot * hkv + kv head, through
 // the page list `pages`) into rows[t], and for fp8 its K and V exponents into kex[t], vex[t].
 template <int KIND>

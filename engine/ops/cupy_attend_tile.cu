@@ -95,15 +95,25 @@ __device__ __forceinline__ void warp_scores(const float* qs, const uint4* kst, c
     }
 }
 
-// the rest of a pair's chunk once its scores are in ps[0 .. cn - 1] (see the top): the max,
-// the weights and their sum, the value pass; s_m, s_l, s_acc: its group's state
-template <int KIND, int D>
-__device__ __forceinline__ void tile_pair_rest(const uint4* vst, const float* vex, float* ps,
-                                               int c0, int last, float* s_m, float* s_l,
-                                               float* s_acc) {
+// the pair's chunk by one warp (see the top); s_m, s_l, s_acc: its group's state. TS: each
+// lane scores keys lane, lane + 32, .. whole (key_score; K rows staged KP pieces apart, KP =
+// VPR + KPAD); else the warp scores each key, a lane's dims then the shuffle tree
+template <int KIND, int D, bool TS>
+__device__ __forceinline__ void tile_pair_chunk(const float* qs, const uint4* kst, const uint4* vst,
+                                                const float* kex, const float* vex, float* ps,
+                                                int c0, int last, float* s_m, float* s_l,
+                                                float* s_acc) {
     constexpr int per = D / 32;
     const int lane = threadIdx.x & 31;
     const int cn = min(D, last - c0 + 1);
+    if constexpr (TS) {
+        constexpr int KP = D * code_bytes<KIND>() / 16 + KPAD;
+        for (int j = lane; j < cn; j += 32)
+            ps[j] = key_score<KIND, D>(qs, kst + j * KP, KIND == KIND_FP8 ? kex[j] : 0.0f);
+    } else {
+        warp_scores<KIND, D>(qs, kst, kex, ps, cn);
+    }
+    __syncwarp();
     float e[per];
     bool seen[per];
     float chunk_max = NEG_INF;
@@ -176,78 +186,6 @@ __device__ __forceinline__ void tile_pair_rest(const uint4* vst, const float* ve
     __syncwarp();
 }
 
-// the pair's chunk by one warp. TS: each lane scores keys lane, lane + 32, .. whole
-// (key_score; K rows staged KP pieces apart, KP = VPR + KPAD); else the warp scores each key,
-// a lane's dims then the shuffle tree
-template <int KIND, int D, bool TS>
-__device__ __forceinline__ void tile_pair_chunk(const float* qs, const uint4* kst, const uint4* vst,
-                                                const float* kex, const float* vex, float* ps,
-                                                int c0, int last, float* s_m, float* s_l,
-                                                float* s_acc) {
-    const int lane = threadIdx.x & 31;
-    const int cn = min(D, last - c0 + 1);
-    if constexpr (TS) {
-        constexpr int KP = D * code_bytes<KIND>() / 16 + KPAD;
-        for (int j = lane; j < cn; j += 32)
-            ps[j] = key_score<KIND, D>(qs, kst + j * KP, KIND == KIND_FP8 ? kex[j] : 0.0f);
-    } else {
-        warp_scores<KIND, D>(qs, kst, kex, ps, cn);
-    }
-    __syncwarp();
-    tile_pair_rest<KIND, D>(vst, vex, ps, c0, last, s_m, s_l, s_acc);
-}
-
-// pairs p and p + 1 (a row's two q heads of one KV head) by one warp: each staged key read
-// once for both scores (key_score2), then each pair's rest as tile_pair_chunk's. p + 1's
-// scores wait in registers (lane's keys lane + 32 i) while p's rest uses ps, so a warp's
-// buffer stays D floats (two blocks an SM, as _tile_ts). st_*: p's state slot (p + 1's is
-// ATT_NG after)
-template <int KIND, int D>
-__device__ __forceinline__ void tile_pairs2_chunk(const float* qs, const uint4* kst,
-                                                  const uint4* vst, const float* kex,
-                                                  const float* vex, float* ps, int c0, int last,
-                                                  float* st_m, float* st_l, float* st_acc) {
-    const int lane = threadIdx.x & 31;
-    const int cn = min(D, last - c0 + 1);
-    constexpr int KP = D * code_bytes<KIND>() / 16 + KPAD, per = D / 32;
-    float second[per];
-#pragma unroll
-    for (int i = 0; i < per; ++i) {
-        const int j = lane + 32 * i;
-        second[i] = 0.0f;
-        if (j < cn) {
-            float a;
-            key_score2<KIND, D>(qs, qs + D, kst + j * KP, KIND == KIND_FP8 ? kex[j] : 0.0f, a,
-                                second[i]);
-            ps[j] = a;
-        }
-    }
-    __syncwarp();
-    tile_pair_rest<KIND, D>(vst, vex, ps, c0, last, st_m, st_l, st_acc);
-#pragma unroll
-    for (int i = 0; i < per; ++i)
-        if (lane + 32 * i < cn) ps[lane + 32 * i] = second[i];
-    __syncwarp();
-    tile_pair_rest<KIND, D>(vst, vex, ps, c0, last, st_m + ATT_NG, st_l + ATT_NG,
-                            st_acc + ATT_NG * D);
-}
-
-// the unit u of a chunk by one warp: pair u, or (JOINT) pairs 2u and 2u + 1 of one row; ps:
-// the warp's score buffer; g: the chunk's group
-template <int KIND, int D, bool TS, bool JOINT>
-__device__ __forceinline__ void tile_unit(int u, const float* qs, const uint4* kst,
-                                          const uint4* vst, const float* kex, const float* vex,
-                                          float* ps, int c0, int last, float* st_m, float* st_l,
-                                          float* st_acc, int g) {
-    const int p = JOINT ? 2 * u : u, sg = p * ATT_NG + g;
-    if constexpr (JOINT)
-        tile_pairs2_chunk<KIND, D>(qs + p * D, kst, vst, kex, vex, ps, c0, last, st_m + sg,
-                                   st_l + sg, st_acc + sg * D);
-    else
-        tile_pair_chunk<KIND, D, TS>(qs + p * D, kst, vst, kex, vex, ps, c0, last, st_m + sg,
-                                     st_l + sg, st_acc + sg * D);
-}
-
 // whether row r's pages for keys c0 .. c0 + cn - 1 are ref's (one warp; ref sees them all)
 __device__ __forceinline__ bool same_pages(const int* ptab, int off_r, int off_ref, int c0,
                                            int cn, int page_rows) {
@@ -273,9 +211,7 @@ __device__ __forceinline__ void stage_chunk(const void* kc, const void* vc, cons
     __syncthreads();
 }
 
-// JOINT (q heads a KV head even): a warp takes a row's two q heads of one KV head at once
-// (tile_pairs2_chunk)
-template <int KIND, int D, bool TS, bool JOINT = false>
+template <int KIND, int D, bool TS>
 __device__ void attend_tile(const float* q, const void* kc, const void* vc,
                             const signed char* ke, const signed char* ve, const int* ptab,
                             const int* poff, const int* last_pos, float* out,
@@ -292,7 +228,7 @@ __device__ void attend_tile(const float* q, const void* kc, const void* vc,
     uint4* kst = staged;  // key j's K codes at kst + j KP
     uint4* vst = kst + D * KP;
     float* qs = (float*)(vst + D * VPR);  // [pair][D]: q * scale
-    float* ps = qs + cap * D;  // [warp][D]: a warp's scores, then weights
+    float* ps = qs + cap * D;             // [warp][D]: a warp's scores, then weights
     float* kex = ps + TILE_WARPS * D;
     float* vex = kex + D;
     float* st_m = vex + D;  // [pair][ATT_NG]
@@ -325,22 +261,23 @@ __device__ void attend_tile(const float* q, const void* kc, const void* vc,
         }
         stage_chunk<KIND, D, KP>(kc, vc, ke, ve, ptab + off_ref, c0, min(D, lmax - c0 + 1), hkv,
                              kvh, page_rows, rows, kst, vst, kex, vex);
-        constexpr int per_unit = JOINT ? 2 : 1;  // pairs a unit of a warp's work
-        const int upr = qpk / per_unit;          // units a row
-        for (int u = warp; u < rows_here * upr; u += TILE_WARPS) {
-            const int i = u / upr;
+        for (int p = warp; p < pairs; p += TILE_WARPS) {
+            const int i = p / qpk, sg = p * ATT_NG + g;
             if (joins[i])
-                tile_unit<KIND, D, TS, JOINT>(u, qs, kst, vst, kex, vex, ps + warp * D, c0,
-                                              last_pos[r0 + i], st_m, st_l, st_acc, g);
+                tile_pair_chunk<KIND, D, TS>(qs + p * D, kst, vst, kex, vex, ps + warp * D, c0,
+                                         last_pos[r0 + i], st_m + sg, st_l + sg,
+                                         st_acc + sg * D);
         }
         for (int i = 0; i < rows_here; ++i) {  // rows on other pages: each alone
             const int last = last_pos[r0 + i];
             if (joins[i] || c0 > last) continue;  // the same for the whole block
             stage_chunk<KIND, D, KP>(kc, vc, ke, ve, ptab + poff[r0 + i], c0, min(D, last - c0 + 1),
                                  hkv, kvh, page_rows, rows, kst, vst, kex, vex);
-            for (int u = i * upr + warp; u < (i + 1) * upr; u += TILE_WARPS)
-                tile_unit<KIND, D, TS, JOINT>(u, qs, kst, vst, kex, vex, ps + warp * D, c0, last,
-                                              st_m, st_l, st_acc, g);
+            for (int p = i * qpk + warp; p < (i + 1) * qpk; p += TILE_WARPS) {
+                const int sg = p * ATT_NG + g;
+                tile_pair_chunk<KIND, D, TS>(qs + p * D, kst, vst, kex, vex, ps + warp * D, c0, last,
+                                         st_m + sg, st_l + sg, st_acc + sg * D);
+            }
         }
     }
     __syncthreads();
@@ -363,8 +300,7 @@ extern "C" {
 #define ATTEND_TILE_PASS \
     q, kc, vc, ke, ve, ptab, poff, last_pos, out, outb, n, hq, hkv, page_rows, scale, tile_rows
 // attend_<kind>_<D>_tile, D <= 128 (a chunk's K and V codes staged in shared memory)
-// attend_<kind>_<D>_tile_ts: the scores a key a thread (TS); _tile_ts2: and a warp a row's two
-// q heads of one KV head (JOINT)
+// attend_<kind>_<D>_tile_ts: the scores a key a thread (TS)
 #define ATTEND_TILE_KERNEL(NAME, KIND, D)                                                  \
     __global__ void __launch_bounds__(32 * TILE_WARPS) NAME##_##D##_tile(ATTEND_TILE_ARGS) {    \
         PDL_ENTRY();                                                                       \
@@ -373,10 +309,6 @@ extern "C" {
     __global__ void __launch_bounds__(32 * TILE_WARPS) NAME##_##D##_tile_ts(ATTEND_TILE_ARGS) { \
         PDL_ENTRY();                                                                       \
         attend_tile<KIND, D, true>(ATTEND_TILE_PASS);                                      \
-    }                                                                                      \
-    __global__ void __launch_bounds__(32 * TILE_WARPS) NAME##_##D##_tile_ts2(ATTEND_TILE_ARGS) { \
-        PDL_ENTRY();                                                                       \
-        attend_tile<KIND, D, true, true>(ATTEND_TILE_PASS);                                \
     }
 #define ATTEND_TILE_KERNELS(D)                   \
     ATTEND_TILE_KERNEL(attend_f32, KIND_F32, D)   \

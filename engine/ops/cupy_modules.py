@@ -54,7 +54,7 @@ def attend_kernels(module: Any, store: bool) -> dict[tuple[str, int, str], Any]:
         (kind, d, split): module.get_function(f"attend_{kind}_{d}{split}")
         for kind in KINDS
         for d in ATTEND_HEAD_DIMS
-        for split in ("", "_tile", "_tile_ts", "_tile_ts2", *SPLIT_FORMS)
+        for split in ("", "_tile", "_tile_ts", *SPLIT_FORMS)
         if split in ("", "_split") or d <= STAGE_DIMS
     }
     if store:

@@ -28,7 +28,6 @@ _SWITCHES = (
     ("ATTEND_EARLY", "attend_early"),
     ("ATTEND_STORE", "attend_store"),
     ("WIDE_DEEP", "wide_deep"),
-    ("ATTEND_TILE_JOINT", "attend_tile_joint"),
 )
 _COUNTS = (
     ("ATTEND_SPLIT", "attend_split"),
@@ -68,12 +67,6 @@ class CupyOptions:
     # 128, 30.7-31.8k tok/s against 25.7-26.3k (docs/cupy.md). Staged split launches always
     # score a key a thread
     attend_thread_scores: int = 1
-    # 1: with thread scores, a tile launch whose q heads a KV head are even gives a warp a
-    # row's two q heads at once (attend_<kind>_<D>_tile_ts2): each staged key read once for
-    # both scores; the same bits. 0: a warp a (row, q head) pair. Not yet run on a GPU
-    # (written 2026-12-07, seventh session; the scores are about 40 % of a pair's
-    # instructions a chunk, docs/cupy.md)
-    attend_tile_joint: int = 0
     # 1: a split launch copies the keys its step did not write before it waits for the
     # kernel before it (cupy_attend.cu, `early`); the same bits. 0: after. H100: decode step
     # replay 1.26 ms against 1.29 at 1 stream, 1.76 against 1.78 at 8; gpu.yaml with it on
@@ -133,8 +126,8 @@ class CupyOptions:
         ENGINE_CUPY_ATTEND_SPLIT, ENGINE_CUPY_ATTEND_SPLIT_HEADS, ENGINE_CUPY_ATTEND_HEADS_FROM,
         ENGINE_CUPY_ATTEND_TILE and ENGINE_CUPY_GRAPH_ROWS (integers >= 0, default 512, 4,
         128, 64 and 512), ENGINE_CUPY_SILU_EPILOGUE, ENGINE_CUPY_ATTEND_THREAD_SCORES,
-        ENGINE_CUPY_ATTEND_EARLY, ENGINE_CUPY_ATTEND_STORE, ENGINE_CUPY_WIDE_DEEP and
-        ENGINE_CUPY_ATTEND_TILE_JOINT (0 or 1, default 1, 1, 1, 0, 1, 0),
+        ENGINE_CUPY_ATTEND_EARLY, ENGINE_CUPY_ATTEND_STORE and ENGINE_CUPY_WIDE_DEEP (0 or 1,
+        default 1, 1, 1, 0, 1),
         ENGINE_CUPY_WIDE_FROM (rows, default 128; 0: never), ENGINE_CUPY_GEMM (mma, cublas or own,
         default mma); a bad value is one InputError naming the variable."""
         env = os.environ if environ is None else environ

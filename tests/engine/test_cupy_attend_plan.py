@@ -32,31 +32,9 @@ def test_thread_scores_take_their_kernel_and_the_padded_staging() -> None:
     assert (plain.kernel, ts.kernel) == ("_tile", "_tile_ts")
     assert ts.shared - plain.shared == 16 * d  # one 16-byte piece after each key's K codes
     assert ts.rows == plain.rows
+    assert 2 * (ts.shared + 1024) <= 228 << 10  # two blocks an SM (each keeps 1 KB)
     decode = choose(8, hq, hkv, d, "bf16", CupyOptions(attend_thread_scores=1), H200)
     assert decode.kernel == "_split2"  # decode steps keep their form
-
-
-def test_joint_tiles_take_their_kernel_where_the_q_heads_pair_up() -> None:
-    """attend_tile_joint: the _tile_ts2 kernel (a warp a row's two q heads) with thread scores
-    and an even count of q heads a KV head, in _tile_ts's shared bytes (two blocks an SM of
-    228 KB, each with its 1 KB the device keeps); otherwise the form it would have been;
-    shared_asks covers its largest block."""
-    from engine.ops.cupy_attend_plan import shared_asks
-
-    hq, hkv, d = QWEN3_06B
-    ts = choose(512, hq, hkv, d, "bf16", CupyOptions(), H200)
-    joint = choose(512, hq, hkv, d, "bf16", CupyOptions(attend_tile_joint=1), H200)
-    assert (ts.kernel, joint.kernel, joint.joint) == ("_tile_ts", "_tile_ts2", True)
-    assert joint.shared == ts.shared  # the second pair's scores wait in registers
-    assert 2 * (joint.shared + 1024) <= 228 << 10
-    assert joint.rows == ts.rows == 8
-    odd = choose(512, 12, 4, d, "bf16", CupyOptions(attend_tile_joint=1), H200)
-    assert (odd.kernel, odd.joint) == ("_tile_ts", False)  # 3 q heads a KV head
-    plain = CupyOptions(attend_tile_joint=1, attend_thread_scores=0)
-    assert choose(512, hq, hkv, d, "bf16", plain, H200).kernel == "_tile"
-    decode = choose(8, hq, hkv, d, "bf16", CupyOptions(attend_tile_joint=1), H200)
-    assert decode.kernel == "_split2"  # decode steps keep their form
-    assert shared_asks("bf16", d, H200)["_tile_ts2"] >= joint.shared
 
 
 def test_split_launches_score_a_key_a_thread_from_padded_rows() -> None:

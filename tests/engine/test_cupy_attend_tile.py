@@ -82,8 +82,7 @@ def _attend(  # type: ignore[no-untyped-def]
         ops.options,
         attend_tile=tile,
         attend_split=split,
-        attend_thread_scores=int(ts > 0),
-        attend_tile_joint=int(ts == 2),
+        attend_thread_scores=ts,
     )
     monkeypatch.setattr(ops, "options", opts)
     out = ops.attend(*args)
@@ -92,14 +91,13 @@ def _attend(  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("kind", ["f32", "bf16", "fp8"])
 @pytest.mark.parametrize("shared", [True, False])
-@pytest.mark.parametrize("ts", [0, 1, 2])
+@pytest.mark.parametrize("ts", [0, 1])
 def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared, ts) -> None:  # type: ignore[no-untyped-def]
     """Tile kernel == one block per pair == split, for every row, at head dims 32-128 and 1,
     2, 3, 8 and 12 q heads a KV head (more pairs a tile than warps), q at two scales (the
     larger drives some weights below float's range); and a row's bits stay when the rows are
     shuffled (other tile neighbours) or when it is alone. ts: the tile kernel's scores a key
-    a thread (attend_thread_scores); 2: and a warp a row's two q heads (attend_tile_joint,
-    where the q heads a KV head are even)."""
+    a thread (attend_thread_scores)."""
     import cupy as cp
 
     from engine.ops.cupy_attend_plan import choose
@@ -117,16 +115,10 @@ def test_tile_attention_equals_a_block_per_pair(ops, monkeypatch, kind, shared, 
         meta = (cp.asarray(ptab), cp.asarray(poff), cp.asarray(last), page_rows)
         args = (kind, q, kc, vc, ke, ve, meta)
         tiled = _attend(ops, monkeypatch, 1, 0, *args, ts=ts)
-        opts = dataclasses.replace(
-            ops.options,
-            attend_tile=1,
-            attend_thread_scores=int(ts > 0),
-            attend_tile_joint=int(ts == 2),
-        )
+        opts = dataclasses.replace(ops.options, attend_tile=1, attend_thread_scores=ts)
         form = choose(n, hq, hkv, d, kind, opts, ops.shared_limit)
         assert form.name == "tile", form  # the tiled launch above ran the tile kernel
-        joint = ts == 2 and (hq // hkv) % 2 == 0
-        assert form.kernel == ("_tile_ts2" if joint else "_tile_ts" if ts else "_tile"), form
+        assert form.kernel == ("_tile_ts" if ts else "_tile"), form
         assert tiled == _attend(ops, monkeypatch, 0, 0, *args), (d, hq, hkv)
         assert tiled == _attend(ops, monkeypatch, 0, 10**6, *args), (d, hq, hkv)
         out = np.frombuffer(tiled[0], dtype=np.float32).reshape(n, hq, d)

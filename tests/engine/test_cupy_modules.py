@@ -45,7 +45,6 @@ def modules(monkeypatch):  # type: ignore[no-untyped-def]
 def test_every_form_the_plan_chooses_has_its_kernel(modules) -> None:  # type: ignore[no-untyped-def]
     table = modules.attend_kernels(modules.main_module(), store=False)
     opts = [CupyOptions(), CupyOptions(attend_thread_scores=0), CupyOptions(attend_heads_from=0)]
-    opts.append(CupyOptions(attend_tile_joint=1))  # _tile_ts2 where the q heads pair up
     for kind in ("f32", "bf16", "fp8"):
         for d in ATTEND_HEAD_DIMS:
             for hq, hkv in ((16, 8), (8, 2), (32, 8), (8, 8)):
