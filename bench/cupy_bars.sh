@@ -14,7 +14,13 @@ t0=$(date +%s)
 lap() { echo "[$(($(date +%s) - t0)) s] $*"; }
 left() { echo $((${BARS_BUDGET:-400} - ($(date +%s) - t0))); }
 DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-echo "$DEVICE"; git log --oneline -1 2>/dev/null
+echo "$DEVICE"
+# a device machine's copy of .git may be stale: the bundle's HEAD names the tree sent with it
+if [ -f .carry/repo.bundle ]; then
+    echo "tree: $(git bundle list-heads .carry/repo.bundle HEAD | cut -c1-12) (.carry/repo.bundle HEAD)"
+else
+    git log --oneline -1 2>/dev/null
+fi
 python3 -c "from engine.model import synthetic; synthetic.resolve('synthetic:qwen3-0.6b')"
 timeout 150 python3 bench/cupy_speed.py --streams 1 8 --json "$OUT/speed.json" > "$OUT/speed.log" 2>&1
 lap "speed rc=$?"
