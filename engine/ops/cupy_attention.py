@@ -20,9 +20,9 @@ RoPE and K/V write in it (the `_fs` kernels), from the qkv projection's rows: th
 output of qkv_norm_rope_store then `attend`, one launch fewer a layer.
 
 Launches of many rows (a prompt step) run the tile kernel (cupy_attend_tile.cu) instead of one
-block per pair: a block per (tile of rows, KV head) stages each chunk of keys once for all
-its pairs, and its warps take a pair each with attend_paged's arithmetic, so again the same
-bits. Which form a launch takes: cupy_attend_plan.py.
+block per pair: a block per (KV head, tile of rows), the last tile first, stages each chunk
+of keys once for all its pairs, and its warps take a pair each with attend_paged's
+arithmetic, so again the same bits. Which form a launch takes: cupy_attend_plan.py.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def attend(ops: Any, kind: str, q: Any, kc: Any, vc: Any, ke: Any, ve: Any, meta
     sizes = (np.int32(hq), np.int32(hkv), np.int32(page_rows), np.float32(1.0 / np.sqrt(d)))
     args = (q, kc, vc, ke, ve, ptab, poff, last, out, outb, *sizes)
     form = choose(n, hq, hkv, d, kind, ops.options, ops.shared_limit)
-    if form.name == "tile":  # a block per (tile of rows, KV head), each chunk staged once
+    if form.name == "tile":  # a block per (KV head, tile of rows), each chunk staged once
         grid = (hkv, -(-n // form.rows))  # the KV heads of a tile launched together
         tile_args = (*args[:-4], np.int32(n), *sizes, np.int32(form.rows))
         block = (32 * TILE_WARPS,)
