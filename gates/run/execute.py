@@ -318,7 +318,8 @@ def run_all(
     st: Store | None = None,
 ) -> None:
     """Run jobs in a pool; ``on_done(job, result, cached)`` is called (in a worker thread,
-    while the job's result key is claimed) as each one ends.
+    while the job's result key is claimed) as each one ends; not for an arm an interrupt's
+    stop killed (it did not crash), as a Ray run's cancelled arms get none.
 
     With a store, each job claims its result key first (``Store.claim``): a job another gate
     run on this cache is running is put off to a second round, which waits for that run and
@@ -326,26 +327,26 @@ def run_all(
     if not jobs:
         return
     live: set[subprocess.Popen] = set()
+    stopping = threading.Event()
     dev_q = _device_queue(devices)
-    if devices:
-        workers = len(devices)
+    workers = len(devices) if devices else workers
 
     def work(job: ArmJob, wait: bool) -> bool:
         """False: another run holds the job's key (only when not ``wait``)."""
         with st.claim(job.key, wait) if st else contextlib.nullcontext(True) as held:
             if not held:
                 return False
-            hit = stored_run(st, job.key)
-            cached = hit is not None
-            if hit is not None:
-                result = hit
-            else:
+            result = stored_run(st, job.key)
+            cached = result is not None
+            if result is None:
                 device = dev_q.get() if dev_q is not None else None
                 try:
                     result = _started(job, live, device)
                 finally:
                     if dev_q is not None and device is not None:
                         dev_q.put(device)
+            if stopping.is_set() and not result.ok:
+                return True  # killed by the interrupt's stop: no outcome of its own
             on_done(job, result, cached)
         if progress:
             progress.update(job.label, result, cached)
@@ -364,6 +365,7 @@ def run_all(
         for f in as_completed([submit(j, True) for j in taken]):
             f.result()
     except BaseException:
+        stopping.set()
         _stop(pool, submitted, live)
         raise
     pool.shutdown(wait=True)

@@ -111,6 +111,8 @@ def test_interrupted_run_keeps_finished_arms(stub_repo, tmp_path):
     )
     states = {g["status"] for g in man["gates"]}
     assert "could_not_run" in states and man["exit_code"] != 0, states
+    killed = [a["id"] for a in man["arms"] if a.get("status") == "crashed"]
+    assert not killed, f"arms the interrupt killed read as crashed: {killed}"
     flag.unlink()
     code, man, _ = run_gates(stub_repo)
     assert code == 0

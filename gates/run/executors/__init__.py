@@ -53,7 +53,9 @@ class Executor(Protocol):
         devices: list[str] | None = None,
         st: Store | None = None,
     ) -> None:
-        """As ``gates.run.execute.run_all``: every job's ``on_done`` once, whatever happened."""
+        """As ``gates.run.execute.run_all``: every job's ``on_done`` once, whatever happened
+        to its arm, unless an interrupt stopped the run first (then none for the arms it
+        stopped)."""
         ...
 
     def speed(
