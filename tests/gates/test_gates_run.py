@@ -113,6 +113,7 @@ def test_interrupted_run_keeps_finished_arms(stub_repo, tmp_path):
     assert "could_not_run" in states and man["exit_code"] != 0, states
     killed = [a["id"] for a in man["arms"] if a.get("status") == "crashed"]
     assert not killed, f"arms the interrupt killed read as crashed: {killed}"
+    assert man["verdict"].startswith("⚠️ could not run: 2 of 6 arms not run; "), man["verdict"]
     flag.unlink()
     code, man, _ = run_gates(stub_repo)
     assert code == 0
