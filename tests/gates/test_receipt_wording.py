@@ -12,7 +12,7 @@ from gates.report import speed_chart as chart
 from gates.report.receipt import render
 from gates.report.view import Manifest
 from gates.run import execute
-from gates.run.results import Status
+from gates.run.results import ArmResult, Status
 from gates.run.speed.results import SpeedCell, SpeedRun, Verdict
 from tests.gates.conftest import run_gates
 from tests.gates.test_gates_receipt import crash
@@ -119,4 +119,21 @@ def test_the_speed_line_says_what_a_sample_is():
     assert (
         "*slower (small)* = the interval below 1 and a loss past the ±3% tolerance but "
         "short of 5%" in line
+    )
+
+
+def test_the_verdict_counts_each_lost_arm_once():
+    """A drafter whose plain twin crashed is settled as crashed (with no store key): the
+    verdict counts it there, not again as not run; an arm with no outcome (an interrupted
+    run's) is 'not run'. Red when the verdict took counts.py's not_run, which holds both."""
+    arms = (
+        ArmResult("plain", key="k1", status=Status.CRASHED),
+        ArmResult("drafted", status=Status.CRASHED, reason="its plain twin did not run"),
+        ArmResult("unfinished", key="k3"),
+        ArmResult("fine", key="k4", status=Status.OK),
+    )
+    man = dataclasses.replace(Manifest.parse({}), arms=arms)
+    assert render.verdict(man) == (
+        "⚠️ could not run: 2 of 4 arms crashed or timed out; 1 of 4 arms not run",
+        3,
     )

@@ -2,14 +2,14 @@
 
 A run that cannot judge names every part it lost, with counts out of the whole: "⚠️ could
 not run: 6 of 6 arms crashed or timed out; 3 gates could not run", never a count of zero.
-Arms with no run of their own (an interrupted run's, or a failed plain twin's drafters) are
-such a part: "85 of 309 arms not run", as the arms line counts them (counts.py).
+Arms with no outcome at all (those an interrupted run never finished) are such a part: "85
+of 309 arms not run". A drafter whose plain twin failed has its outcome (crashed) and is
+counted there, once.
 """
 
 from __future__ import annotations
 
 from gates import EXIT_ARM_FAILED, EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_OK
-from gates.report.receipt.counts import arm_counts
 from gates.report.view import Manifest
 from gates.run.results import Status
 
@@ -31,7 +31,7 @@ def could_not_run(man: Manifest) -> list[str]:
     parts = []
     if crashed:
         parts.append(f"{len(crashed)} of {_n(len(arms), 'arm')} crashed or timed out")
-    unrun = arm_counts(arms)["not_run"]
+    unrun = sum(1 for a in arms if a.status is None)
     if unrun:
         parts.append(f"{unrun} of {_n(len(arms), 'arm')} not run")
     if blocked:
