@@ -54,7 +54,7 @@ def sources(ops_dir: Path) -> str:
 
 # kernels CupyOps compiles as modules of their own, only where an option asks: the macro each
 # module defines (the module's kernels are the ones it adds)
-OPTIONAL_MODULES = ("ENGINE_ATTEND_FS",)
+OPTIONAL_MODULES = ("ENGINE_ATTEND_FS", "ENGINE_ATTEND_TAIL")
 
 
 def ptx(lib: ctypes.CDLL, code: str, *defines: str) -> str:

@@ -1,51 +1,7 @@
 // Attention kernels of the cupy backend: compiled after cupy_kernels.cu (its helpers:
-// the codecs, load_code, the trees), cupy_attend_store.cu (the FS form's) and
-// cupy_attend_stage.cu (copying a chunk into shared memory, pair_tree), in one NVRTC module
-// (cupy_modules.py).
-
-// The groups' (max, sum, output) merged in group order; out[at + t] and its bf16 bits.
-template <int D>
-__device__ __forceinline__ void attend_finish(const float* ms, const float* ls, const float* accs,
-                                              int t, float* out, unsigned short* outb,
-                                              long long at) {
-    float big = ms[0];
-    for (int k = 1; k < ATT_NG; ++k) big = fmaxf(big, ms[k]);
-    float total = 0.0f, sum = 0.0f;
-    for (int k = 0; k < ATT_NG; ++k) {  // a group with no keys has m = -inf: weight 0
-        const float w = expf(ms[k] - big);
-        total = total + ls[k] * w;
-        sum = sum + accs[k * D + t] * w;
-    }
-    const float o = sum / total;
-    out[at + t] = o;
-    if (outb) outb[at + t] = f32_to_bf16(o);  // the o GEMM's input
-}
-
-// Keys jb .. jb + ATT_GV - 1 of a chunk's value pass, all of them in the chunk: the guarded
-// loop's float operations in its order, without its tests a key, the weights ps[] read four
-// at a time (ps + jb is 16-byte aligned: jb is a multiple of ATT_GV, ps a multiple of D
-// floats into the block's shared memory).
-template <int KIND, int D, bool STAGE>
-__device__ __forceinline__ void value_run(float* a, const float* ps, const void* vread,
-                                          const int* rows, const float* vex, int jb, int t) {
-    float vals[ATT_GV];
-#pragma unroll
-    for (int gg = 0; gg < ATT_GV; ++gg) {
-        const int jj = jb + gg;
-        const float ex = KIND == KIND_FP8 ? vex[jj] : 0.0f;
-        const long long at = (STAGE ? (long long)jj : (long long)rows[jj]) * D + t;
-        vals[gg] = load_code<KIND>(vread, at, ex);
-    }
-    const float4* w = reinterpret_cast<const float4*>(ps + jb);
-#pragma unroll
-    for (int k = 0; k < ATT_GV / 4; ++k) {
-        const float4 p = w[k];
-        a[4 * k] = a[4 * k] + p.x * vals[4 * k];
-        a[4 * k + 1] = a[4 * k + 1] + p.y * vals[4 * k + 1];
-        a[4 * k + 2] = a[4 * k + 2] + p.z * vals[4 * k + 2];
-        a[4 * k + 3] = a[4 * k + 3] + p.w * vals[4 * k + 3];
-    }
-}
+// the codecs, load_code, the trees), cupy_attend_store.cu (the FS form's),
+// cupy_attend_stage.cu (copying a chunk into shared memory, pair_tree) and
+// cupy_attend_parts.cu (the value pass, the merge), in one NVRTC module (cupy_modules.py).
 
 // Causal attention of q [n, Hq, D] over keys stored in pages, one block per (row, q head) of
 // ATT_NG groups of D threads (D = head_dim, a template parameter: 32, 64, 128 or 256, so the
@@ -85,7 +41,7 @@ __device__ __forceinline__ void value_run(float* a, const float* ps, const void*
 // chunk, with the same functions and trees as qkv_norm_rope_store, never read back from
 // memory; and the first block of r's KV head whose group holds key last[r] writes that key's
 // codes into slots[r]. The same codes, the same q, the same arithmetic after.
-template <int KIND, int D, bool SPLIT, int QH = 1, bool FS = false>
+template <int KIND, int D, bool SPLIT, int QH = 1, bool FS = false, bool TAIL = false>
 __device__ void attend_paged(const float* q, const void* kc, const void* vc,
                              const signed char* ke, const signed char* ve, const int* ptab,
                              const int* poff, const int* last_pos, float* out,
@@ -124,6 +80,18 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
     uint4* vst = kst + D * KP;
     const void* kread = STAGE ? (const void*)kst : kc;
     const void* vread = STAGE ? (const void*)vst : vc;
+    // TAIL (the _tail kernels, their launch's shared memory sized for it: cupy_attend_plan):
+    // the group's last chunk, if it has at most ATT_TAILK keys, staged after vst and taken in
+    // the turn before it, beside that turn's chunk
+    static_assert(!TAIL || ts, "a tail is staged and scored a key a thread");
+    uint4* const kst_t = vst + D * VPR;
+    uint4* const vst_t = kst_t + ATT_TAILK * KP;
+    float* const tail_f = (float*)(vst_t + ATT_TAILK * VPR);
+    float* pt = tail_f + gb * ATT_TAILK;  // the tail's scores, then weights
+    float* red2 = tail_f + NQ * ATT_TAILK + gb * D;
+    float* const kex_t = tail_f + NQ * (ATT_TAILK + D);  // one set for all slots
+    float* const vex_t = kex_t + ATT_TAILK;
+    int* const rows_t = (int*)(vex_t + ATT_TAILK);
     const int r = blockIdx.x, h = SPLIT ? blockIdx.y * QH + gb : blockIdx.y, kvh = h / (hq / hkv);
     const bool early = flags & ATT_EARLY;
     ATT_PHASE(8);
@@ -165,19 +133,26 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
     // chunk; the pair form's groups share the block's barriers, so each runs every turn (a
     // turn past a group's chunks changes none of its m, l, acc)
     const int live_turns = max(0, (nchunks - g + ATT_NG - 1) / ATT_NG);  // with a chunk of g's
-    const int turns = SPLIT ? live_turns : (nchunks + ATT_NG - 1) / ATT_NG;
+    const int tail_c0 = ((live_turns - 1) * ATT_NG + g) * D, cn_t = last - tail_c0 + 1;
+    const bool tail = TAIL && live_turns >= 2 && cn_t <= ATT_TAILK;
+    const int turns = SPLIT ? live_turns - tail : (nchunks + ATT_NG - 1) / ATT_NG;
     for (int it = 0; it < turns; ++it) {
         ATT_LAP(begin());
         const int c0 = (it * ATT_NG + g) * D;
         const bool live = c0 <= last;  // the same for the whole group
+        const bool with_tail = TAIL && tail && it == turns - 1;  // and so live
         const int j = c0 + t;
         // FS: keys from fresh on are made below (their exponents too), never read: another
         // block may be writing them
         if (live && j <= last && (!FS || j < fresh))
             chunk_key<KIND>(pages, j, page_rows, hkv, kvh, ke, ve, t, rows, kex, vex);
+        if (with_tail && gb == 0 && t < cn_t)
+            chunk_key<KIND>(pages, tail_c0 + t, page_rows, hkv, kvh, ke, ve, t, rows_t, kex_t, vex_t);
         __syncthreads();
         if (STAGE && live) {  // the same for the whole block: its barrier is block-wide
             const int cn = min(D, last - c0 + 1);
+            if (with_tail)  // in flight with the chunk's, waited for with them
+                copy_chunk<KIND, D, KP>(kc, vc, rows_t, cn_t, QH * D, kst_t, vst_t, 0, false);
             copy_chunk<KIND, D, KP>(kc, vc, rows0, FS ? min(cn, max(0, fresh - c0)) : cn, QH * D,
                                     kst, vst, it ? 0 : sent);
             __syncthreads();
@@ -192,6 +167,8 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         if (ts && live) {  // key t of the chunk whole in thread t (its slot's head)
             if (c0 + t <= last)
                 ps[t] = key_score<KIND, D>(qs, kst + t * KP, KIND == KIND_FP8 ? kex[t] : 0.0f);
+            if (with_tail && t < cn_t)
+                pt[t] = key_score<KIND, D>(qs, kst_t + t * KP, KIND == KIND_FP8 ? kex_t[t] : 0.0f);
         } else if (live) {
             float qr[per];
 #pragma unroll
@@ -230,11 +207,29 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         ATT_LAP(lap(1));
         const bool seen = live && j <= last;
         const float s = seen ? ps[t] : NEG_INF;
-        const float chunk_max = group_max(red, t, D, s);  // every group joins the barriers
+        // with_tail: the tail's values (keys tail_c0 + t) through trees of their own, beside
+        // the chunk's; every group joins the barriers
+        const float st = with_tail && t < cn_t ? pt[t] : NEG_INF;
+        float chunk_max, tail_max = NEG_INF;
+        if (with_tail) {
+            const float2 both = group_tree2(red, red2, t, D, s, st, Fmax{});
+            chunk_max = both.x, tail_max = both.y;
+        } else {
+            chunk_max = group_max(red, t, D, s);
+        }
         const float m_new = live ? fmaxf(m, chunk_max) : m;
         const float p = seen ? expf(s - m_new) : 0.0f;
         ps[t] = p;
-        const float psum = group_sum(red, t, D, p);  // its barriers order ps[] for the reads below
+        float m_t = 0.0f, p_t = 0.0f, psum, tail_sum = 0.0f;  // m after the tail
+        if (with_tail) {
+            m_t = fmaxf(m_new, tail_max);
+            p_t = t < cn_t ? expf(st - m_t) : 0.0f;
+            if (t < ATT_TAILK) pt[t] = p_t;
+            const float2 both = group_tree2(red, red2, t, D, p, p_t, Fadd{});
+            psum = both.x, tail_sum = both.y;
+        } else {
+            psum = group_sum(red, t, D, p);  // its barriers order ps[] for the reads below
+        }
         ATT_LAP(lap(2));
         if (live) {
             const float alpha = expf(m - m_new);  // 0 on the group's first chunk
@@ -264,12 +259,19 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
             acc = acc * alpha + a[0];
             m = m_new;
         }
+        if (with_tail) {  // the tail's turn, as it would have run after this one
+            const float alpha = expf(m - m_t);
+            const float a = value_pass<KIND, D, STAGE>(pt, vst_t, rows_t, vex_t, cn_t, t);
+            l = l * alpha + tail_sum;
+            acc = acc * alpha + a;
+            m = m_t;
+        }
         __syncthreads();
         ATT_LAP(lap(3));
     }
     ATT_LAP(write());
     ATT_PHASE(5);
-    ATT_PHASE(13, (long long)live_turns);
+    ATT_PHASE(13, (long long)(live_turns - tail));  // the passes it ran
     if (SPLIT) {  // part[(r, h)]: ATT_NG maxima, ATT_NG sums, then ATT_NG outputs of D
         float* p = part + ((long long)r * hq + h) * ATT_NG * (D + 2);
         if (t == 0) {
@@ -371,9 +373,26 @@ extern "C" {
     SPLIT_HEADS(attend_f32, KIND_F32, D, 2) SPLIT_HEADS(attend_f32, KIND_F32, D, 4)     \
     SPLIT_HEADS(attend_bf16, KIND_BF16, D, 2) SPLIT_HEADS(attend_bf16, KIND_BF16, D, 4) \
     SPLIT_HEADS(attend_fp8, KIND_FP8, D, 2) SPLIT_HEADS(attend_fp8, KIND_FP8, D, 4)
-// the FS kernels only in a module of their own (-DENGINE_ATTEND_FS, CupyOps with
-// attend_store): measured slower, they cost every other user no compile time
-#ifndef ENGINE_ATTEND_FS
+// attend_<kind>_<D>_split[<QH>]_tail (D <= 128): the staged split forms that take a group's
+// short last chunk beside the one before (TAIL above)
+#define SPLIT_TAIL(NAME, KIND, D, QH, SUFFIX)                                           \
+    __global__ void __launch_bounds__(QH * D) NAME##_##D##SUFFIX(ATTEND_ARGS) {         \
+        attend_paged<KIND, D, true, QH, false, true>(ATTEND_PASS);                      \
+    }
+#define ATTEND_TAIL_KIND(NAME, KIND, D)                                                 \
+    SPLIT_TAIL(NAME, KIND, D, 1, _split_tail)                                           \
+    SPLIT_TAIL(NAME, KIND, D, 2, _split2_tail) SPLIT_TAIL(NAME, KIND, D, 4, _split4_tail)
+#define ATTEND_TAIL(D)                                                                  \
+    ATTEND_TAIL_KIND(attend_f32, KIND_F32, D)                                           \
+    ATTEND_TAIL_KIND(attend_bf16, KIND_BF16, D) ATTEND_TAIL_KIND(attend_fp8, KIND_FP8, D)
+// the FS and tail kernels only in modules of their own (-DENGINE_ATTEND_FS,
+// -DENGINE_ATTEND_TAIL: CupyOps with attend_store, attend_tail): opt-in, they cost every
+// other user no compile time
+#if defined(ENGINE_ATTEND_TAIL)
+ATTEND_TAIL(32)
+ATTEND_TAIL(64)
+ATTEND_TAIL(128)
+#elif !defined(ENGINE_ATTEND_FS)
 ATTEND_KERNELS(32)
 ATTEND_KERNELS(64)
 ATTEND_KERNELS(128)

@@ -12,6 +12,11 @@ the choice weighs speed and what the device can launch, never the result:
   gain where one-head blocks would not all run at once, a loss where they would);
 * "pair": a block per (row, q head) pair, the rest.
 
+With `options.attend_tail` a staged split launch whose blocks all fit on the device at once
+with TAIL_KEYS more keys staged a block (tail_fits) runs the `_tail` kernel: a group takes its
+last chunk, if it has at most TAIL_KEYS keys, in the turn before it: one pass fewer on the
+launch's longest path (the group of the last chunk), the same float operations.
+
 A form whose block needs more shared memory than the device gives is passed over: the tile's
 rows halve until a tile fits, the split form steps aside for "pair".
 """
@@ -30,6 +35,7 @@ TILE_WARPS = 8  # TILE_WARPS in cupy_attend_tile.cu: a tile block's warps, a pai
 KPAD = 1  # KPAD in cupy_attend_stage.cu: pieces after a staged K row a thread scores whole
 SPLIT_HEADS = (4, 2)  # attend_<kind>_<D>_split<QH> in cupy_attend.cu (D <= STAGE_DIMS)
 SPLIT_FORMS = ("_split", *(f"_split{h}" for h in SPLIT_HEADS))  # the split kernels' suffixes
+TAIL_KEYS = 32  # ATT_TAILK in cupy_attend_stage.cu: the most keys of a tail chunk staged apart
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,27 @@ def split_shared(kind: str, d: int, heads: int = 1) -> int:
     ask for the same)."""
     staged = (2 * d * CODE_BYTES[kind] + 16 * KPAD) * d if d <= STAGE_DIMS else 0
     return heads * (6 * d + 2 * GROUPS) * 4 + staged
+
+
+def tail_shared(kind: str, d: int, heads: int = 1) -> int:
+    """Shared bytes a split block of `heads` q heads takes past split_shared for a tail chunk
+    (the _tail kernels, cupy_attend.cu): its TAIL_KEYS keys' codes (K rows padded), each slot's
+    weights and second tree, and the keys' exponents and rows."""
+    pieces = d * CODE_BYTES[kind] // 16
+    return TAIL_KEYS * (2 * pieces + KPAD) * 16 + (heads * (TAIL_KEYS + d) + 3 * TAIL_KEYS) * 4
+
+
+def tail_fits(form: Form, blocks: int, kind: str, d: int, device: tuple[int, int, int]) -> bool:
+    """Whether a split launch of `blocks` blocks of `form` may take tails: staged, and on a
+    device of (multiprocessors, shared bytes a multiprocessor, shared bytes a block at most)
+    every block resident at once with the tail's bytes, so no block waits for a free
+    multiprocessor because of them."""
+    sms, sm_shared, limit = device
+    if form.name != "split" or not form.thread_scores or not sms:
+        return False
+    tailed = form.shared + tail_shared(kind, d, form.heads)
+    per_sm = sm_shared // (tailed + 1024)  # the device reserves 1 KB a block
+    return tailed <= limit and blocks <= sms * per_sm
 
 
 def split_heads(n: int, hq: int, hkv: int, d: int, kind: str, options: Any, limit: int) -> int:
@@ -124,4 +151,7 @@ def shared_asks(kind: str, d: int, limit: int) -> dict[str, int]:
     need["_split"] = split_shared(kind, d)
     need |= {f"_split{h}": split_shared(kind, d, h) for h in SPLIT_HEADS}
     need |= {f"{form}_fs": need[form] for form in SPLIT_FORMS}
+    if d <= STAGE_DIMS:  # the _tail kernels: a block and its tail
+        for heads, form in zip((1, *SPLIT_HEADS), SPLIT_FORMS, strict=True):
+            need[f"{form}_tail"] = need[form] + tail_shared(kind, d, heads)
     return {form: min(b, limit) for form, b in need.items() if b > 48 << 10}

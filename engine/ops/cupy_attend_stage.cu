@@ -82,6 +82,9 @@ struct AttLaps {
 
 // bits of a split launch's `flags`: early copies (options.attend_early)
 #define ATT_EARLY 1
+// the most keys of a group's last chunk that a _tail kernel takes beside the one before
+// (cupy_attend.cu, TAIL)
+#define ATT_TAILK 32
 
 // Where a thread scores a whole key (key_score: staged split launches, the _tile_ts kernels),
 // the staged K rows lie KPAD 16-byte pieces apart, so a quarter warp's reads of its keys'

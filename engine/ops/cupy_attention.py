@@ -11,6 +11,10 @@ because no two attention launches run at once (one stream at a time; StepGraphs.
 synchronizes before and after each replay). Graphs replayed concurrently on several streams
 would need counters of their own.
 
+With `options.attend_tail` a split launch whose blocks all stay resident with more shared
+memory runs the `_tail` kernel (cupy_attend_plan.tail_fits): the group of the last chunk takes
+it, if short, beside the chunk before.
+
 With `options.attend_early` a split launch sends the first chunk's copies of keys older than
 its step before it waits for the kernel before it (programmatic dependent launch): only when
 bytes arrive changes.
@@ -40,10 +44,14 @@ from engine.ops.cupy_attend_plan import (
     TILE_WARPS,
     choose,
     shared_asks,
+    tail_fits,
+    tail_shared,
 )
 from engine.ops.cupy_launch import NULL, or_null
 
 SHARED_OPTIN = 97  # cudaDevAttrMaxSharedMemoryPerBlockOptin (CUDA runtime API)
+SM_COUNT = 16  # cudaDevAttrMultiProcessorCount
+SM_SHARED = 81  # cudaDevAttrMaxSharedMemoryPerMultiprocessor
 
 
 def shared_limit() -> int:
@@ -107,15 +115,25 @@ def _split(
     part = cp.empty(n * hq * GROUPS * (d + 2), dtype=cp.float32)
     count = ops.split_counters(n * hq)
     grid, block = (n, hq // form.heads, GROUPS), (d * form.heads,)
-    name = form.kernel + ("_fs" if fs else "")
-    ops.attend_k[kind, d, name](
-        grid, block, (*args, part, count, split_flags(ops.options), *fs), shared_mem=form.shared
-    )
+    name, shared = form.kernel + ("_fs" if fs else ""), form.shared
+    blocks = n * (hq // form.heads) * GROUPS
+    if ops.options.attend_tail and not fs and tail_fits(form, blocks, kind, d, ops.device_shape):
+        name, shared = name + "_tail", shared + tail_shared(kind, d, form.heads)
+    flags = split_flags(ops.options)
+    ops.attend_k[kind, d, name](grid, block, (*args, part, count, flags, *fs), shared_mem=shared)
 
 
 def split_flags(options: Any) -> np.int32:
     """The split kernels' `flags` (cupy_attend_stage.cu): ATT_EARLY = 1."""
     return np.int32(options.attend_early)
+
+
+def device_shape() -> tuple[int, int, int]:
+    """(multiprocessors, shared bytes a multiprocessor, shared bytes a block at most) of the
+    current device: what cupy_attend_plan.tail_fits weighs."""
+    dev = cp.cuda.Device().id
+    attr = cp.cuda.runtime.deviceGetAttribute
+    return int(attr(SM_COUNT, dev)), int(attr(SM_SHARED, dev)), shared_limit()
 
 
 def attend_qkv(ops: Any, qkv: Any, heads: tuple, target: Any, meta: Any, fresh: Any) -> Any | None:

@@ -2,9 +2,10 @@
 table (CupyOps.attend_k, keyed by (code kind, head dim, form suffix)).
 
 The main module holds every kernel that may run by default. The attention that stores
-(options.attend_store, measured slower) is a module of its own, compiled only where the option
-is on, so no other user pays its compile time (cupy_attend.cu's instantiations under
-ENGINE_ATTEND_FS).
+(options.attend_store, measured slower) and the split kernels that take a short last chunk
+beside the one before (options.attend_tail, opt-in) are modules of their own, compiled only
+where their option is on, so no other user pays their compile time (cupy_attend.cu's
+instantiations under ENGINE_ATTEND_FS and ENGINE_ATTEND_TAIL).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ _SOURCES = (
     "cupy_kernels.cu",
     "cupy_attend_store.cu",
     "cupy_attend_stage.cu",
+    "cupy_attend_parts.cu",
     "cupy_attend.cu",
     "cupy_attend_tile.cu",
     "cupy_moe.cu",
@@ -29,9 +31,16 @@ _SOURCES = (
     "cupy_mma.cu",
     "cupy_mma_wide.cu",
 )
-# the pair and split attention alone: the store's module
-_FS_SOURCES = ("cupy_kernels.cu", "cupy_attend_store.cu", "cupy_attend_stage.cu", "cupy_attend.cu")
+# the pair and split attention alone: the store's module, and the tail's
+_FS_SOURCES = (
+    "cupy_kernels.cu",
+    "cupy_attend_store.cu",
+    "cupy_attend_stage.cu",
+    "cupy_attend_parts.cu",
+    "cupy_attend.cu",
+)
 FS_DEFINE = "-DENGINE_ATTEND_FS"
+TAIL_DEFINE = "-DENGINE_ATTEND_TAIL"  # options.attend_tail: the _tail kernels, from the same files
 _OPTIONS = ("-std=c++17",)
 # defines of diagnostic builds (bench/cupy_attend_phases.py sets ENGINE_ATTEND_PHASES before it
 # makes its CupyOps); the engine never sets one
@@ -47,9 +56,10 @@ def main_module() -> Any:
     return cp.RawModule(code=code_of(_SOURCES), options=(*_OPTIONS, *DIAGNOSTIC_DEFINES))
 
 
-def attend_kernels(module: Any, store: bool) -> dict[tuple[str, int, str], Any]:
+def attend_kernels(module: Any, store: bool, tail: bool = False) -> dict[tuple[str, int, str], Any]:
     """The attention kernels by (kind, head dim, suffix) from `module`; with `store`, the
-    attention that stores too (`<split>_fs`, its module compiled here)."""
+    attention that stores too (`<split>_fs`, its module compiled here); with `tail`, the split
+    kernels that take a short last chunk beside the one before (`<split>_tail`, likewise)."""
     table = {
         (kind, d, split): module.get_function(f"attend_{kind}_{d}{split}")
         for kind in KINDS
@@ -62,6 +72,16 @@ def attend_kernels(module: Any, store: bool) -> dict[tuple[str, int, str], Any]:
         fs = cp.RawModule(code=code_of(_FS_SOURCES), options=own)
         table |= {
             (kind, d, f"{split}_fs"): fs.get_function(f"attend_{kind}_{d}{split}_fs")
+            for kind in KINDS
+            for d in ATTEND_HEAD_DIMS
+            for split in SPLIT_FORMS
+            if d <= STAGE_DIMS
+        }
+    if tail:
+        own = (*_OPTIONS, *DIAGNOSTIC_DEFINES, TAIL_DEFINE)
+        tails = cp.RawModule(code=code_of(_FS_SOURCES), options=own)
+        table |= {
+            (kind, d, f"{split}_tail"): tails.get_function(f"attend_{kind}_{d}{split}_tail")
             for kind in KINDS
             for d in ATTEND_HEAD_DIMS
             for split in SPLIT_FORMS

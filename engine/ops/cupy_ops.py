@@ -109,8 +109,10 @@ class CupyOps:
                 *cupy_gemm.WIDE_KERNELS,
             )
         }  # fmt: skip
-        self.attend_k = cupy_modules.attend_kernels(self.module, bool(self.options.attend_store))
+        store, tail = bool(self.options.attend_store), bool(self.options.attend_tail)
+        self.attend_k = cupy_modules.attend_kernels(self.module, store, tail)
         self.shared_limit = cupy_attention.shared_limit()
+        self.device_shape = cupy_attention.device_shape()
         cupy_attention.allow_shared(self.attend_k, self.shared_limit)
         if self.shared_limit >= cupy_gemm.WIDE_DEEP_SHARED:  # else wide_kernel never picks it
             self.k["mma_wide_gemm_deep"].max_dynamic_shared_size_bytes = cupy_gemm.WIDE_DEEP_SHARED

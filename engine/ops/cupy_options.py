@@ -28,6 +28,7 @@ _SWITCHES = (
     ("ATTEND_THREAD_SCORES", "attend_thread_scores"),
     ("ATTEND_EARLY", "attend_early"),
     ("ATTEND_STORE", "attend_store"),
+    ("ATTEND_TAIL", "attend_tail"),
     ("WIDE_DEEP", "wide_deep"),
 )
 _COUNTS = (
@@ -78,6 +79,10 @@ class CupyOptions:
     # 0: qkv_norm_rope_store, then the attention. Measured slower (H100: 1.46 ms a step
     # against 1.27 at 1 stream): off, and its kernels compiled only where it is on (CupyOps)
     attend_store: int = 0
+    # 1: a split launch whose blocks all stay resident with it lets a group take its last
+    # chunk, if it holds at most 32 keys, in the turn before (cupy_attend_plan.tail_fits; one
+    # chunk pass fewer on the launch's longest path, the same bits). 0: a turn of its own
+    attend_tail: int = 0
     # which GEMM runs the linear layers: "mma" (cupy_mma.cu: tensor cores, any row count),
     # "cublas" (at the fixed row tile) or "own" (cupy_gemm.cu: a warp per output, any row
     # count); each another summation, other bits (docs/cupy.md: mma is the fastest measured)
@@ -127,8 +132,8 @@ class CupyOptions:
         ENGINE_CUPY_ATTEND_SPLIT, ENGINE_CUPY_ATTEND_SPLIT_HEADS, ENGINE_CUPY_ATTEND_HEADS_FROM,
         ENGINE_CUPY_ATTEND_TILE and ENGINE_CUPY_GRAPH_ROWS (integers >= 0, default 512, 4,
         128, 64 and 512), ENGINE_CUPY_SILU_EPILOGUE, ENGINE_CUPY_ATTEND_THREAD_SCORES,
-        ENGINE_CUPY_ATTEND_EARLY, ENGINE_CUPY_ATTEND_STORE and ENGINE_CUPY_WIDE_DEEP (0 or 1,
-        default 1, 1, 1, 0, 1),
+        ENGINE_CUPY_ATTEND_EARLY, ENGINE_CUPY_ATTEND_STORE, ENGINE_CUPY_ATTEND_TAIL and
+        ENGINE_CUPY_WIDE_DEEP (0 or 1, default 1, 1, 1, 0, 0, 1),
         ENGINE_CUPY_WIDE_FROM (rows, default 128; 0: never), ENGINE_CUPY_GEMM (mma, cublas or own,
         default mma); a bad value is one InputError naming the variable."""
         env = os.environ if environ is None else environ

@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from engine.ops.cupy_attend_plan import choose, split_shared, tile_rows, tile_shared
+from engine.ops.cupy_attend_plan import (
+    TAIL_KEYS,
+    choose,
+    shared_asks,
+    split_shared,
+    tail_fits,
+    tail_shared,
+    tile_rows,
+    tile_shared,
+)
 from engine.ops.cupy_options import CupyOptions
 
 H200, A100, SMALL = 227 << 10, 163 << 10, 99 << 10
@@ -41,14 +50,14 @@ def test_split_launches_score_a_key_a_thread_from_padded_rows() -> None:
     """A staged split block (D <= 128) scores a key a thread: its K rows padded by a piece, and
     the most a split kernel is allowed (shared_asks) covers the padded block; at D 256 nothing
     is staged."""
-    from engine.ops.cupy_attend_plan import shared_asks
-
     hq, hkv, d = QWEN3_06B
     form = choose(8, hq, hkv, d, "bf16", CupyOptions(), H200)
     assert (form.kernel, form.thread_scores) == ("_split2", True)
     floats = 2 * (6 * d + 2 * 4) * 4
     assert form.shared == floats + 2 * d * d * 2 + 16 * d  # one piece after each key's K codes
     assert shared_asks("bf16", d, H200)["_split2"] == form.shared
+    # its _tail kernel (options.attend_tail): the block and a tail's bytes
+    assert shared_asks("bf16", d, H200)["_split2_tail"] == form.shared + tail_shared("bf16", d, 2)
     wide = choose(8, hq, hkv, 256, "bf16", CupyOptions(), H200)
     assert (wide.name, wide.thread_scores, wide.shared) == (
         "split",
@@ -128,3 +137,52 @@ def test_the_plan_counts_the_kernels_groups() -> None:
     src = (Path(cupy_attend_plan.__file__).parent / "cupy_kernels.cu").read_text()
     found = re.search(r"#define ATT_NG (\d+)", src)
     assert found and int(found.group(1)) == cupy_attend_plan.GROUPS
+
+
+H100 = (132, 228 << 10, 227 << 10)  # multiprocessors, shared bytes an SM, a block at most
+
+
+def test_a_tail_is_taken_where_every_block_stays_resident() -> None:
+    """options.attend_tail: a split launch takes tails (TAIL_KEYS more keys staged a block)
+    where all its blocks fit the device at once with them: 8 streams of the 0.6B shape (256
+    blocks of two heads, 92 KB: two an SM) and 1 stream (32 blocks); not 16 rows (512
+    blocks, which fit three an SM without the tail), nor an f32 launch past one block an SM,
+    nor a form that stages nothing (D 256, the pair and tile forms)."""
+    hq, hkv, d = QWEN3_06B
+    opts = CupyOptions(attend_tail=1)
+    eight = choose(8, hq, hkv, d, "bf16", opts, H200)
+    assert eight.shared + tail_shared("bf16", d, 2) == 92_352
+    assert tail_fits(eight, 8 * hkv * 4, "bf16", d, H100)
+    one = choose(1, hq, hkv, d, "bf16", opts, H200)
+    assert tail_fits(one, hq * 4, "bf16", d, H100)
+    sixteen = choose(16, hq, hkv, d, "bf16", opts, H200)
+    assert sixteen.heads == 2 and not tail_fits(sixteen, 16 * hkv * 4, "bf16", d, H100)
+    assert 3 * (sixteen.shared + 1024) <= H100[1]  # what the tail would cost it
+    f32 = choose(8, hq, hkv, d, "f32", opts, H200)
+    assert not tail_fits(f32, 8 * hkv * 4, "f32", d, H100)  # 256 blocks, one an SM
+    assert tail_fits(f32, 100, "f32", d, H100)
+    assert not tail_fits(f32, 100, "f32", d, (132, 228 << 10, f32.shared))  # no room a block
+    wide = choose(8, hq, hkv, 256, "bf16", opts, H200)
+    assert wide.name == "split" and not tail_fits(wide, 8, "bf16", 256, H100)
+    for n in (512, 63):
+        assert not tail_fits(choose(n, hq, hkv, d, "bf16", opts, H200), 1, "bf16", d, H100)
+    assert not tail_fits(one, 1, "bf16", d, (0, 0, 0))  # a device not read
+
+
+@pytest.mark.parametrize("kind", ["f32", "bf16", "fp8"])
+def test_the_tail_area_is_what_the_kernel_lays_out(kind) -> None:  # type: ignore[no-untyped-def]
+    """tail_shared: the tail's K rows (padded) and V rows, then per slot TAIL_KEYS weights
+    and D tree values, then the keys' two exponents and rows (cupy_attend.cu's kst_t ..
+    rows_t); TAIL_KEYS is the kernel's ATT_TAILK."""
+    import re
+    from pathlib import Path
+
+    from engine.ops import cupy_attend_plan
+
+    src = (Path(cupy_attend_plan.__file__).parent / "cupy_attend_stage.cu").read_text()
+    found = re.search(r"#define ATT_TAILK (\d+)", src)
+    assert found and int(found.group(1)) == TAIL_KEYS
+    d, heads = 128, 2
+    pieces = {"f32": 32, "bf16": 16, "fp8": 8}[kind]
+    codes = TAIL_KEYS * ((pieces + 1) + pieces) * 16
+    assert tail_shared(kind, d, heads) == codes + (heads * (TAIL_KEYS + d) + 3 * TAIL_KEYS) * 4

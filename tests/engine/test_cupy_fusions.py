@@ -22,6 +22,16 @@ def ops():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
+def ops_tail():  # type: ignore[no-untyped-def]
+    """A backend made with the split kernels that take a short last chunk beside the one
+    before (their module of their own, compiled only when asked for)."""
+    from engine.ops.cupy_ops import CupyOps
+    from engine.ops.cupy_options import CupyOptions
+
+    return CupyOps(CupyOptions(attend_tail=1))
+
+
+@pytest.fixture(scope="module")
 def ops_fs():  # type: ignore[no-untyped-def]
     """A backend made with the attention that stores (its kernels are a module of their own,
     compiled only when asked for)."""
@@ -119,6 +129,52 @@ def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-de
         got.setdefault(split, []).append((out.tobytes(), twin.tobytes()))
         assert not bool(ops.split_counters(1).any())
     assert all(g == got[0][0] for g in got[10**6] + got[0])
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+@pytest.mark.parametrize("kind", ["f32", "bf16", "fp8"])
+def test_split_attention_takes_a_short_last_chunk_beside_the_one_before(  # type: ignore[no-untyped-def]
+    ops_tail, monkeypatch, kind, heads
+) -> None:
+    """options.attend_tail (the launch's blocks all resident, so the tail is taken) == the
+    split launch without it == the one-block-per-pair launch, outputs and bf16 twins, for
+    rows whose group of the last chunk takes it beside the chunk before: 1, 3, 31 and 32 keys
+    (the guarded value pass and a whole run), groups 0 and 1, two and three turns; and rows
+    that keep a turn of their own (33 and 128 keys) or have one turn a group; twice over the
+    same counters."""
+    import cupy as cp
+
+    from engine.ops.cupy_attend_plan import GROUPS, choose, tail_fits
+
+    rng = np.random.default_rng(41)
+    pages, page_rows, hq, hkv, d = 40, 32, 2, 1, 128  # 80 or 40 blocks: the f32 tail fits
+    kv = ops_tail.new_kv(1, pages, page_rows, hkv, d, kind, 1, pages * page_rows)
+    _fill_codes(kv, rng)
+    ptab = cp.asarray(rng.permutation(pages).astype(np.int32))
+    lasts = [512, 514, 542, 543, 544, 640, 1026, pages * page_rows - 1, 300, 0]
+    n = len(lasts)
+    last = cp.asarray(np.array(lasts, dtype=np.int32))
+    meta = (ptab, cp.zeros(n, dtype=cp.int32), last, page_rows)
+    q = cp.asarray(rng.standard_normal((n, hq, d)).astype(np.float32))
+    ke, ve = (kv.k_exp[0], kv.v_exp[0]) if kv.k_exp else (None, None)
+    got = []
+    for split, tail in ((0, 0), (10**6, 0), (10**6, 1), (10**6, 1)):
+        opts = dataclasses.replace(
+            ops_tail.options,
+            attend_split=split,
+            attend_split_heads=heads,
+            attend_heads_from=1,
+            attend_tail=tail,
+        )
+        monkeypatch.setattr(ops_tail, "options", opts)
+        if tail:
+            form = choose(n, hq, hkv, d, kind, opts, ops_tail.shared_limit)
+            blocks = n * (hq // form.heads) * GROUPS
+            assert form.heads == heads and tail_fits(form, blocks, kind, d, ops_tail.device_shape)
+        out = ops_tail.attend(kind, q, kv.k[0], kv.v[0], ke, ve, meta)
+        got.append((out.tobytes(), ops_tail._bf16[1].tobytes()))
+        assert not bool(ops_tail.split_counters(1).any())
+    assert got[1] == got[0] and got[2] == got[0] and got[3] == got[0]
 
 
 def _bf16_bits(x: np.ndarray) -> np.ndarray:

@@ -69,6 +69,22 @@ def test_the_store_is_a_module_of_its_own(modules) -> None:  # type: ignore[no-u
                 assert (kind, d, split + "_fs") in table
 
 
+def test_the_tail_is_a_module_of_its_own(modules) -> None:  # type: ignore[no-untyped-def]
+    """options.attend_tail: the _tail kernels come from a module compiled with its define
+    (nothing else built twice), one for every staged split form the plan takes."""
+    table = modules.attend_kernels(modules.main_module(), store=False, tail=True)
+    main, tails = _Module.made
+    assert modules.TAIL_DEFINE in tails.options and modules.TAIL_DEFINE not in main.options
+    assert all(name.endswith("_tail") for name in tails.names)
+    assert "ENGINE_ATTEND_TAIL" in tails.code
+    opts = CupyOptions(attend_tail=1)
+    for kind in ("f32", "bf16", "fp8"):
+        for d in (32, 64, 128):
+            for n, hq, hkv in ((1, 16, 8), (8, 16, 8), (4, 32, 8)):
+                form = choose(n, hq, hkv, d, kind, opts, 227 << 10)
+                assert form.thread_scores and (kind, d, form.kernel + "_tail") in table
+
+
 def test_every_mma_kernel_the_gemm_chooses_is_compiled_and_looked_up(modules) -> None:  # type: ignore[no-untyped-def]
     """cupy_gemm.mma_kernel's names are in the table CupyOps looks up, each defined in the
     source; the fitted kernels serve one tile only: two chunks in flight where a warp has at

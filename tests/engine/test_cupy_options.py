@@ -44,6 +44,8 @@ def test_defaults_and_values_from_the_environment() -> None:
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_EARLY": "0"}).attend_early == 0
     assert CupyOptions.from_environ({}).attend_store == 0
     assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_STORE": "1"}).attend_store == 1
+    assert CupyOptions.from_environ({}).attend_tail == 0
+    assert CupyOptions.from_environ({"ENGINE_CUPY_ATTEND_TAIL": "1"}).attend_tail == 1
     assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_FROM": "1"}).wide_from == 1
     assert CupyOptions.from_environ({}).wide_deep == 1
     assert CupyOptions.from_environ({"ENGINE_CUPY_WIDE_DEEP": "0"}).wide_deep == 0
@@ -58,6 +60,7 @@ def test_defaults_and_values_from_the_environment() -> None:
         ({"ENGINE_CUPY_ATTEND_SPLIT": "-1"}, "ENGINE_CUPY_ATTEND_SPLIT"),
         ({"ENGINE_CUPY_ATTEND_SPLIT": "many"}, "ENGINE_CUPY_ATTEND_SPLIT"),
         ({"ENGINE_CUPY_GRAPH_ROWS": "-8"}, "ENGINE_CUPY_GRAPH_ROWS"),
+        ({"ENGINE_CUPY_ATTEND_TAIL": "2"}, "ENGINE_CUPY_ATTEND_TAIL"),
         ({"ENGINE_CUPY_ATTEND_TILE": "x"}, "ENGINE_CUPY_ATTEND_TILE"),
         ({"ENGINE_CUPY_ATTEND_SPLIT_HEADS": "two"}, "ENGINE_CUPY_ATTEND_SPLIT_HEADS"),
         ({"ENGINE_CUPY_ATTEND_HEADS_FROM": "-1"}, "ENGINE_CUPY_ATTEND_HEADS_FROM"),
