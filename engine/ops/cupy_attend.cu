@@ -234,27 +234,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         if (live) {
             const float alpha = expf(m - m_new);  // 0 on the group's first chunk
             const int cn = min(D, last - c0 + 1);
-            float a[ATT_GV];
-#pragma unroll
-            for (int gg = 0; gg < ATT_GV; ++gg) a[gg] = 0.0f;
-            for (int jb = 0; jb < cn; jb += ATT_GV) {
-                if (jb + ATT_GV <= cn) {  // a whole run: the same for the whole group
-                    value_run<KIND, D, STAGE>(a, ps, vread, rows, vex, jb, t);
-                    continue;
-                }
-                float vals[ATT_GV];
-#pragma unroll
-                for (int gg = 0; gg < ATT_GV; ++gg) {
-                    const int jj = jb + gg;
-                    const float ex = KIND == KIND_FP8 && jj < cn ? vex[jj] : 0.0f;
-                    const long long at = (STAGE ? (long long)jj : (long long)rows[jj]) * D + t;
-                    vals[gg] = jj < cn ? load_code<KIND>(vread, at, ex) : 0.0f;
-                }
-#pragma unroll
-                for (int gg = 0; gg < ATT_GV; ++gg)
-                    if (jb + gg < cn) a[gg] = a[gg] + ps[jb + gg] * vals[gg];
-            }
-            pair_tree<ATT_GV / 2>(a);
+            ATT_VALUE_PASS(a, ps, vread, rows, vex, cn, t)
             l = l * alpha + psum;
             acc = acc * alpha + a[0];
             m = m_new;

@@ -48,34 +48,34 @@ __device__ __forceinline__ void value_run(float* a, const float* ps, const void*
 }
 
 // The value pass of a chunk's cn keys for output dimension t: ATT_GV interleaved partial sums
-// (whole runs by value_run, then the guarded keys), merged by pair_tree: attend_paged's loop
-// over a chunk, statement for statement, for the tail a _tail kernel takes beside it. The loop
-// stays inline there: through this function NVRTC orders the default kernels' float
-// operations otherwise (bench/ptx_float_ops.py), so each would need its bits shown again.
+// (whole runs by value_run, then the guarded keys), merged by pair_tree into a[0] (`a` is
+// declared here). A macro, not a function: through a function NVRTC orders the default
+// kernels' float operations otherwise (bench/ptx_float_ops.py); attend_paged expands it in
+// place, value_pass (a _tail kernel's tail) around it: the same statements, the same order.
+#define ATT_VALUE_PASS(a, ps, vread, rows, vex, cn, t)                                       \
+    float a[ATT_GV];                                                                         \
+    _Pragma("unroll") for (int gg = 0; gg < ATT_GV; ++gg) a[gg] = 0.0f;                      \
+    for (int jb = 0; jb < (cn); jb += ATT_GV) {                                              \
+        if (jb + ATT_GV <= (cn)) { /* a whole run: the same for the whole group */          \
+            value_run<KIND, D, STAGE>(a, ps, vread, rows, vex, jb, t);                       \
+            continue;                                                                        \
+        }                                                                                    \
+        float vals[ATT_GV];                                                                  \
+        _Pragma("unroll") for (int gg = 0; gg < ATT_GV; ++gg) {                              \
+            const int jj = jb + gg;                                                          \
+            const float ex = KIND == KIND_FP8 && jj < (cn) ? vex[jj] : 0.0f;                 \
+            const long long at = (STAGE ? (long long)jj : (long long)rows[jj]) * D + t;      \
+            vals[gg] = jj < (cn) ? load_code<KIND>(vread, at, ex) : 0.0f;                    \
+        }                                                                                    \
+        _Pragma("unroll") for (int gg = 0; gg < ATT_GV; ++gg)                                \
+            if (jb + gg < (cn)) a[gg] = a[gg] + ps[jb + gg] * vals[gg];                      \
+    }                                                                                        \
+    pair_tree<ATT_GV / 2>(a);
+
 template <int KIND, int D, bool STAGE>
 __device__ __forceinline__ float value_pass(const float* ps, const void* vread, const int* rows,
                                             const float* vex, int cn, int t) {
-    float a[ATT_GV];
-#pragma unroll
-    for (int gg = 0; gg < ATT_GV; ++gg) a[gg] = 0.0f;
-    for (int jb = 0; jb < cn; jb += ATT_GV) {
-        if (jb + ATT_GV <= cn) {  // a whole run: the same for the whole group
-            value_run<KIND, D, STAGE>(a, ps, vread, rows, vex, jb, t);
-            continue;
-        }
-        float vals[ATT_GV];
-#pragma unroll
-        for (int gg = 0; gg < ATT_GV; ++gg) {
-            const int jj = jb + gg;
-            const float ex = KIND == KIND_FP8 && jj < cn ? vex[jj] : 0.0f;
-            const long long at = (STAGE ? (long long)jj : (long long)rows[jj]) * D + t;
-            vals[gg] = jj < cn ? load_code<KIND>(vread, at, ex) : 0.0f;
-        }
-#pragma unroll
-        for (int gg = 0; gg < ATT_GV; ++gg)
-            if (jb + gg < cn) a[gg] = a[gg] + ps[jb + gg] * vals[gg];
-    }
-    pair_tree<ATT_GV / 2>(a);
+    ATT_VALUE_PASS(a, ps, vread, rows, vex, cn, t)
     return a[0];
 }
 

@@ -67,24 +67,19 @@ def attend_kernels(module: Any, store: bool, tail: bool = False) -> dict[tuple[s
         for split in ("", "_tile", "_tile_ts", *SPLIT_FORMS)
         if split in ("", "_split") or d <= STAGE_DIMS
     }
-    if store:
-        own = (*_OPTIONS, *DIAGNOSTIC_DEFINES, FS_DEFINE)
-        fs = cp.RawModule(code=code_of(_FS_SOURCES), options=own)
-        table |= {
-            (kind, d, f"{split}_fs"): fs.get_function(f"attend_{kind}_{d}{split}_fs")
-            for kind in KINDS
-            for d in ATTEND_HEAD_DIMS
-            for split in SPLIT_FORMS
-            if d <= STAGE_DIMS
-        }
-    if tail:
-        own = (*_OPTIONS, *DIAGNOSTIC_DEFINES, TAIL_DEFINE)
-        tails = cp.RawModule(code=code_of(_FS_SOURCES), options=own)
-        table |= {
-            (kind, d, f"{split}_tail"): tails.get_function(f"attend_{kind}_{d}{split}_tail")
-            for kind in KINDS
-            for d in ATTEND_HEAD_DIMS
-            for split in SPLIT_FORMS
-            if d <= STAGE_DIMS
-        }
+    for wanted, define, suffix in ((store, FS_DEFINE, "_fs"), (tail, TAIL_DEFINE, "_tail")):
+        if wanted:
+            table |= _split_module(define, suffix)
     return table
+
+
+def _split_module(define: str, suffix: str) -> dict[tuple[str, int, str], Any]:
+    """The staged split kernels `<split><suffix>` of a module compiled with `define` alone."""
+    own = cp.RawModule(code=code_of(_FS_SOURCES), options=(*_OPTIONS, *DIAGNOSTIC_DEFINES, define))
+    return {
+        (kind, d, split + suffix): own.get_function(f"attend_{kind}_{d}{split}{suffix}")
+        for kind in KINDS
+        for d in ATTEND_HEAD_DIMS
+        for split in SPLIT_FORMS
+        if d <= STAGE_DIMS
+    }
