@@ -135,14 +135,22 @@ def measure(spec: str, streams: int, context: int, kind: str, replays: int) -> d
 
     keep: dict[str, Any] = {}
     cupy_speed.ours(spec, streams, context, 3, kind, True, keep)
-    ptr = keep["ops"].module.get_global("attend_phase_log")
-    log = cp.ndarray((BLOCKS * PHASES,), dtype=cp.int64, memptr=ptr)
+    # each module its own log: the main one's and an option's (the _tail kernels', the store's)
+    mods = getattr(keep["ops"], "modules", [keep["ops"].module])
+    shape = (BLOCKS * PHASES,)
+    arrays = [
+        cp.ndarray(shape, dtype=cp.int64, memptr=m.get_global("attend_phase_log")) for m in mods
+    ]
     logs = []
     for _ in range(replays):
-        log.fill(-1)
+        for log in arrays:
+            log.fill(-1)
         cp.cuda.Device().synchronize()  # the graph replays on a stream of its own
         keep["graph"].replay_ms(1)  # one replay to warm, one timed: the log keeps the last
-        logs.append(cp.asnumpy(log))
+        # the step's launches take one form a shape: the module whose kernels ran, the last
+        # with a mark where an option's ran too
+        got = [cp.asnumpy(log) for log in arrays]
+        logs.append(next((g for g in reversed(got) if (g != -1).any()), got[0]))
     return summarize(logs)
 
 

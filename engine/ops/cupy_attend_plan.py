@@ -74,17 +74,30 @@ def tail_shared(kind: str, d: int, heads: int = 1) -> int:
     return TAIL_KEYS * (2 * pieces + KPAD) * 16 + (heads * (TAIL_KEYS + d) + 3 * TAIL_KEYS) * 4
 
 
-def tail_fits(form: Form, blocks: int, kind: str, d: int, device: tuple[int, int, int]) -> bool:
+def tail_fits(
+    form: Form, blocks: int, kind: str, d: int, device: tuple[int, int, int], regs: int = 0
+) -> bool:
     """Whether a split launch of `blocks` blocks of `form` may take tails: staged, and on a
     device of (multiprocessors, shared bytes a multiprocessor, shared bytes a block at most)
     every block resident at once with the tail's bytes, so no block waits for a free
-    multiprocessor because of them."""
+    multiprocessor because of them. Residency counts shared memory, threads, the blocks cap
+    and, where `regs` (the _tail kernel's registers a thread) is known, registers."""
     sms, sm_shared, limit = device
     if form.name != "split" or not form.thread_scores or not sms:
         return False
     tailed = form.shared + tail_shared(kind, d, form.heads)
-    per_sm = sm_shared // (tailed + 1024)  # the device reserves 1 KB a block
-    return tailed <= limit and blocks <= sms * per_sm
+    return tailed <= limit and blocks <= sms * resident(tailed, d * form.heads, regs, sm_shared)
+
+
+def resident(shared: int, threads: int, regs: int, sm_shared: int) -> int:
+    """Blocks of `shared` bytes and `threads` threads of `regs` registers each (0: not
+    counted) that one multiprocessor holds at once (Hopper: 2,048 threads, 64 K registers
+    given out 256 a warp, 32 blocks; the device keeps 1 KB of shared memory a block)."""
+    fit = min(sm_shared // (shared + 1024), 2048 // threads, 32)
+    if regs:
+        warp_regs = -(-regs * 32 // 256) * 256
+        fit = min(fit, (64 << 10) // (warp_regs * -(-threads // 32)))
+    return fit
 
 
 def split_heads(n: int, hq: int, hkv: int, d: int, kind: str, options: Any, limit: int) -> int:

@@ -117,7 +117,9 @@ def _split(
     grid, block = (n, hq // form.heads, GROUPS), (d * form.heads,)
     name, shared = form.kernel + ("_fs" if fs else ""), form.shared
     blocks = n * (hq // form.heads) * GROUPS
-    if ops.options.attend_tail and not fs and tail_fits(form, blocks, kind, d, ops.device_shape):
+    tailed = ops.attend_k.get((kind, d, name + "_tail")) if ops.options.attend_tail else None
+    regs = int(getattr(tailed, "num_regs", 0) or 0)  # the driver's count, where CuPy gives it
+    if tailed is not None and not fs and tail_fits(form, blocks, kind, d, ops.device_shape, regs):
         name, shared = name + "_tail", shared + tail_shared(kind, d, form.heads)
     flags = split_flags(ops.options)
     ops.attend_k[kind, d, name](grid, block, (*args, part, count, flags, *fs), shared_mem=shared)

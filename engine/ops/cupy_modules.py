@@ -56,10 +56,13 @@ def main_module() -> Any:
     return cp.RawModule(code=code_of(_SOURCES), options=(*_OPTIONS, *DIAGNOSTIC_DEFINES))
 
 
-def attend_kernels(module: Any, store: bool, tail: bool = False) -> dict[tuple[str, int, str], Any]:
+def attend_kernels(
+    module: Any, store: bool, tail: bool = False, built: list[Any] | None = None
+) -> dict[tuple[str, int, str], Any]:
     """The attention kernels by (kind, head dim, suffix) from `module`; with `store`, the
     attention that stores too (`<split>_fs`, its module compiled here); with `tail`, the split
-    kernels that take a short last chunk beside the one before (`<split>_tail`, likewise)."""
+    kernels that take a short last chunk beside the one before (`<split>_tail`, likewise).
+    The modules compiled here are appended to `built`."""
     table = {
         (kind, d, split): module.get_function(f"attend_{kind}_{d}{split}")
         for kind in KINDS
@@ -69,13 +72,14 @@ def attend_kernels(module: Any, store: bool, tail: bool = False) -> dict[tuple[s
     }
     for wanted, define, suffix in ((store, FS_DEFINE, "_fs"), (tail, TAIL_DEFINE, "_tail")):
         if wanted:
-            table |= _split_module(define, suffix)
+            table |= _split_module(define, suffix, built if built is not None else [])
     return table
 
 
-def _split_module(define: str, suffix: str) -> dict[tuple[str, int, str], Any]:
+def _split_module(define: str, suffix: str, built: list[Any]) -> dict[tuple[str, int, str], Any]:
     """The staged split kernels `<split><suffix>` of a module compiled with `define` alone."""
     own = cp.RawModule(code=code_of(_FS_SOURCES), options=(*_OPTIONS, *DIAGNOSTIC_DEFINES, define))
+    built.append(own)
     return {
         (kind, d, split + suffix): own.get_function(f"attend_{kind}_{d}{split}{suffix}")
         for kind in KINDS

@@ -110,7 +110,8 @@ class CupyOps:
             )
         }  # fmt: skip
         store, tail = bool(self.options.attend_store), bool(self.options.attend_tail)
-        self.attend_k = cupy_modules.attend_kernels(self.module, store, tail)
+        self.modules = [self.module]  # and the options' own (bench/cupy_attend_phases.py)
+        self.attend_k = cupy_modules.attend_kernels(self.module, store, tail, self.modules)
         self.shared_limit = cupy_attention.shared_limit()
         self.device_shape = cupy_attention.device_shape()
         cupy_attention.allow_shared(self.attend_k, self.shared_limit)

@@ -9,6 +9,7 @@ import pytest
 from engine.ops.cupy_attend_plan import (
     TAIL_KEYS,
     choose,
+    resident,
     shared_asks,
     split_shared,
     tail_fits,
@@ -167,6 +168,22 @@ def test_a_tail_is_taken_where_every_block_stays_resident() -> None:
     for n in (512, 63):
         assert not tail_fits(choose(n, hq, hkv, d, "bf16", opts, H200), 1, "bf16", d, H100)
     assert not tail_fits(one, 1, "bf16", d, (0, 0, 0))  # a device not read
+    # with the kernel's registers: bf16, four heads a block (512 threads of 78 registers:
+    # 40 K of the 64 K) holds one block an SM, not the two its shared memory would allow
+    four = choose(4, 32, 8, d, "bf16", opts, H200)
+    assert four.heads == 4 and tail_fits(four, 2 * 132, "bf16", d, H100)
+    assert not tail_fits(four, 2 * 132, "bf16", d, H100, regs=78)
+    assert tail_fits(four, 132, "bf16", d, H100, regs=78)
+
+
+def test_residency_counts_shared_memory_threads_registers_and_the_cap() -> None:
+    sm = 228 << 10
+    assert resident(92_352, 256, 0, sm) == 2  # shared memory: 2 x 93,376 <= 233,472
+    assert resident(92_352, 256, 81, sm) == 2  # 8 warps x 2,816 registers: 2 of 2.9
+    assert resident(92_352, 256, 128, sm) == 2  # 8 x 4,096: exactly 2
+    assert resident(92_352, 256, 129, sm) == 1  # rounded up to 136 a thread: 1.9
+    assert resident(10_000, 1024, 0, sm) == 2  # threads: 2,048 an SM
+    assert resident(100, 32, 8, sm) == 32  # the blocks cap
 
 
 @pytest.mark.parametrize("kind", ["f32", "bf16", "fp8"])

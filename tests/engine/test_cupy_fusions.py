@@ -131,50 +131,66 @@ def test_split_attention_merges_in_its_last_block(  # type: ignore[no-untyped-de
     assert all(g == got[0][0] for g in got[10**6] + got[0])
 
 
-@pytest.mark.parametrize("heads", [1, 2])
+@pytest.mark.parametrize("early", [0, 1])
+@pytest.mark.parametrize("heads", [1, 2, 4])
 @pytest.mark.parametrize("kind", ["f32", "bf16", "fp8"])
 def test_split_attention_takes_a_short_last_chunk_beside_the_one_before(  # type: ignore[no-untyped-def]
-    ops_tail, monkeypatch, kind, heads
+    ops_tail, monkeypatch, kind, heads, early
 ) -> None:
     """options.attend_tail (the launch's blocks all resident, so the tail is taken) == the
-    split launch without it == the one-block-per-pair launch, outputs and bf16 twins, for
-    rows whose group of the last chunk takes it beside the chunk before: 1, 3, 31 and 32 keys
-    (the guarded value pass and a whole run), groups 0 and 1, two and three turns; and rows
-    that keep a turn of their own (33 and 128 keys) or have one turn a group; twice over the
+    split launch without it == the one-block-per-pair launch, outputs and bf16 twins, at head
+    dims 32, 64 and 128, for rows whose group of the last chunk takes it beside the chunk
+    before (at 128: 1, 3, 31 and 32 keys, the guarded value pass and a whole run, groups 0 and
+    1, two and three turns; at 32 every last chunk) and rows that keep a turn of their own (33
+    and 128 keys) or have one turn a group; with early copies and without; on keys and q of
+    either sign, then on scores all below zero (K codes of no sign, q negative: a tail padded
+    with 0 instead of -inf, or weighed against the chunk's max, would show); twice over the
     same counters."""
     import cupy as cp
 
     from engine.ops.cupy_attend_plan import GROUPS, choose, tail_fits
 
     rng = np.random.default_rng(41)
-    pages, page_rows, hq, hkv, d = 40, 32, 2, 1, 128  # 80 or 40 blocks: the f32 tail fits
-    kv = ops_tail.new_kv(1, pages, page_rows, hkv, d, kind, 1, pages * page_rows)
-    _fill_codes(kv, rng)
-    ptab = cp.asarray(rng.permutation(pages).astype(np.int32))
+    pages, page_rows, hkv = 40, 32, 1
+    hq = 4 if heads == 4 else 2  # 80 or 40 blocks: the f32 tail fits every SM count >= 80
     lasts = [512, 514, 542, 543, 544, 640, 1026, pages * page_rows - 1, 300, 0]
     n = len(lasts)
     last = cp.asarray(np.array(lasts, dtype=np.int32))
+    ptab = cp.asarray(rng.permutation(pages).astype(np.int32))
     meta = (ptab, cp.zeros(n, dtype=cp.int32), last, page_rows)
-    q = cp.asarray(rng.standard_normal((n, hq, d)).astype(np.float32))
-    ke, ve = (kv.k_exp[0], kv.v_exp[0]) if kv.k_exp else (None, None)
-    got = []
-    for split, tail in ((0, 0), (10**6, 0), (10**6, 1), (10**6, 1)):
-        opts = dataclasses.replace(
-            ops_tail.options,
-            attend_split=split,
-            attend_split_heads=heads,
-            attend_heads_from=1,
-            attend_tail=tail,
-        )
-        monkeypatch.setattr(ops_tail, "options", opts)
-        if tail:
-            form = choose(n, hq, hkv, d, kind, opts, ops_tail.shared_limit)
-            blocks = n * (hq // form.heads) * GROUPS
-            assert form.heads == heads and tail_fits(form, blocks, kind, d, ops_tail.device_shape)
-        out = ops_tail.attend(kind, q, kv.k[0], kv.v[0], ke, ve, meta)
-        got.append((out.tobytes(), ops_tail._bf16[1].tobytes()))
-        assert not bool(ops_tail.split_counters(1).any())
-    assert got[1] == got[0] and got[2] == got[0] and got[3] == got[0]
+    sign_bit = {"f32": None, "bf16": 0x7FFF, "fp8": 0x7F}[kind]
+    for d in (32, 64, 128):
+        kv = ops_tail.new_kv(1, pages, page_rows, hkv, d, kind, 1, pages * page_rows)
+        _fill_codes(kv, rng)
+        ke, ve = (kv.k_exp[0], kv.v_exp[0]) if kv.k_exp else (None, None)
+        q = cp.asarray(rng.standard_normal((n, hq, d)).astype(np.float32))
+        for negative in (False, True):
+            if negative:  # every score below zero
+                k = kv.k[0]
+                k[...] = cp.abs(k) if sign_bit is None else k & sign_bit
+                q = -cp.abs(q)
+            got = []
+            for split, tail in ((0, 0), (10**6, 0), (10**6, 1), (10**6, 1)):
+                opts = dataclasses.replace(
+                    ops_tail.options,
+                    attend_split=split,
+                    attend_split_heads=heads,
+                    attend_heads_from=1,
+                    attend_early=early,
+                    attend_tail=tail,
+                )
+                monkeypatch.setattr(ops_tail, "options", opts)
+                if tail:
+                    form = choose(n, hq, hkv, d, kind, opts, ops_tail.shared_limit)
+                    blocks = n * (hq // form.heads) * GROUPS
+                    fn = ops_tail.attend_k[kind, d, form.kernel + "_tail"]
+                    device, regs = ops_tail.device_shape, int(getattr(fn, "num_regs", 0) or 0)
+                    assert form.heads == heads
+                    assert tail_fits(form, blocks, kind, d, device, regs), (d, regs)
+                out = ops_tail.attend(kind, q, kv.k[0], kv.v[0], ke, ve, meta)
+                got.append((out.tobytes(), ops_tail._bf16[1].tobytes()))
+                assert not bool(ops_tail.split_counters(1).any())
+            assert got[1] == got[0] and got[2] == got[0] and got[3] == got[0], (d, negative)
 
 
 def _bf16_bits(x: np.ndarray) -> np.ndarray:
