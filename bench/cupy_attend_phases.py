@@ -136,10 +136,10 @@ def measure(spec: str, streams: int, context: int, kind: str, replays: int) -> d
     keep: dict[str, Any] = {}
     cupy_speed.ours(spec, streams, context, 3, kind, True, keep)
     # each module its own log: the main one's and an option's (the _tail kernels', the store's)
-    mods = getattr(keep["ops"], "modules", [keep["ops"].module])
     shape = (BLOCKS * PHASES,)
     arrays = [
-        cp.ndarray(shape, dtype=cp.int64, memptr=m.get_global("attend_phase_log")) for m in mods
+        cp.ndarray(shape, dtype=cp.int64, memptr=m.get_global("attend_phase_log"))
+        for m in keep["ops"].modules
     ]
     logs = []
     for _ in range(replays):

@@ -140,7 +140,7 @@ __device__ void attend_paged(const float* q, const void* kc, const void* vc,
         ATT_LAP(begin());
         const int c0 = (it * ATT_NG + g) * D;
         const bool live = c0 <= last;  // the same for the whole group
-        const bool with_tail = TAIL && tail && it == turns - 1;  // and so live
+        const bool with_tail = tail && it == turns - 1;  // and so live
         const int j = c0 + t;
         // FS: keys from fresh on are made below (their exponents too), never read: another
         // block may be writing them

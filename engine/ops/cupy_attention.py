@@ -117,9 +117,8 @@ def _split(
     grid, block = (n, hq // form.heads, GROUPS), (d * form.heads,)
     name, shared = form.kernel + ("_fs" if fs else ""), form.shared
     blocks = n * (hq // form.heads) * GROUPS
-    tailed = ops.attend_k.get((kind, d, name + "_tail")) if ops.options.attend_tail else None
-    regs = int(getattr(tailed, "num_regs", 0) or 0)  # the driver's count, where CuPy gives it
-    if tailed is not None and not fs and tail_fits(form, blocks, kind, d, ops.device_shape, regs):
+    regs = ops.tail_regs.get((kind, d, name + "_tail"))  # none where the option is off, or fs
+    if regs is not None and tail_fits(form, blocks, kind, d, ops.device_shape, regs):
         name, shared = name + "_tail", shared + tail_shared(kind, d, form.heads)
     flags = split_flags(ops.options)
     ops.attend_k[kind, d, name](grid, block, (*args, part, count, flags, *fs), shared_mem=shared)
@@ -128,6 +127,16 @@ def _split(
 def split_flags(options: Any) -> np.int32:
     """The split kernels' `flags` (cupy_attend_stage.cu): ATT_EARLY = 1."""
     return np.int32(options.attend_early)
+
+
+def tail_regs(kernels: dict[tuple[str, int, str], Any]) -> dict[tuple[str, int, str], int]:
+    """Each _tail kernel's registers a thread, read once (0 where CuPy does not give them):
+    cupy_attend_plan.tail_fits counts them."""
+    return {
+        key: int(getattr(fn, "num_regs", 0) or 0)
+        for key, fn in kernels.items()
+        if key[2].endswith("_tail")
+    }
 
 
 def device_shape() -> tuple[int, int, int]:

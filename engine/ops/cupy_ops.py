@@ -114,6 +114,7 @@ class CupyOps:
         self.attend_k = cupy_modules.attend_kernels(self.module, store, tail, self.modules)
         self.shared_limit = cupy_attention.shared_limit()
         self.device_shape = cupy_attention.device_shape()
+        self.tail_regs = cupy_attention.tail_regs(self.attend_k)
         cupy_attention.allow_shared(self.attend_k, self.shared_limit)
         if self.shared_limit >= cupy_gemm.WIDE_DEEP_SHARED:  # else wide_kernel never picks it
             self.k["mma_wide_gemm_deep"].max_dynamic_shared_size_bytes = cupy_gemm.WIDE_DEEP_SHARED

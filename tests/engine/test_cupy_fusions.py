@@ -183,10 +183,9 @@ def test_split_attention_takes_a_short_last_chunk_beside_the_one_before(  # type
                 if tail:
                     form = choose(n, hq, hkv, d, kind, opts, ops_tail.shared_limit)
                     blocks = n * (hq // form.heads) * GROUPS
-                    fn = ops_tail.attend_k[kind, d, form.kernel + "_tail"]
-                    device, regs = ops_tail.device_shape, int(getattr(fn, "num_regs", 0) or 0)
+                    regs = ops_tail.tail_regs[kind, d, form.kernel + "_tail"]
                     assert form.heads == heads
-                    assert tail_fits(form, blocks, kind, d, device, regs), (d, regs)
+                    assert tail_fits(form, blocks, kind, d, ops_tail.device_shape, regs), (d, regs)
                 out = ops_tail.attend(kind, q, kv.k[0], kv.v[0], ke, ve, meta)
                 got.append((out.tobytes(), ops_tail._bf16[1].tobytes()))
                 assert not bool(ops_tail.split_counters(1).any())
